@@ -1,0 +1,143 @@
+// Communicator: the collectives zero needs, behind one small interface with an MPI backend
+// (host memory) and an NCCL backend (device memory). It moves typed bytes; it knows nothing of
+// what they mean. See docs/design.md, "Collectives" for the summation order it guarantees.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <type_traits>
+
+#include "precision/dtype.hpp"
+
+namespace zero::comm {
+
+enum class ReduceOp : std::uint8_t { sum, avg, max };
+enum class Memory : std::uint8_t { host, device };
+
+// The collectives, for accounting and error messages.
+enum class Op : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, barrier };
+inline constexpr std::size_t kOpCount = 5;
+std::string_view name_of(Op op);
+std::string_view name_of(ReduceOp op);
+
+// A typed, untyped-pointer view of a buffer: what a backend needs and nothing more.
+struct View {
+  void* data = nullptr;
+  std::size_t count = 0;  // elements
+  DType dtype = DType::f32;
+  Memory memory = Memory::host;
+  std::size_t bytes() const { return count * size_of(dtype); }
+};
+struct ConstView {
+  const void* data = nullptr;
+  std::size_t count = 0;
+  DType dtype = DType::f32;
+  Memory memory = Memory::host;
+  ConstView() = default;
+  ConstView(const void* d, std::size_t n, DType t, Memory m = Memory::host)
+      : data(d), count(n), dtype(t), memory(m) {}
+  ConstView(const View& v) : data(v.data), count(v.count), dtype(v.dtype), memory(v.memory) {}
+  std::size_t bytes() const { return count * size_of(dtype); }
+};
+
+// Element type to DType, for the span conveniences below. precision/ specialises it for bf16/fp16.
+template <class T>
+struct dtype_of;
+template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
+template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
+template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::i32; };
+template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType::i64; };
+template <> struct dtype_of<std::uint8_t> { static constexpr DType value = DType::u8; };
+
+template <class T>
+View view(std::span<T> s, Memory m = Memory::host) {
+  return View{s.data(), s.size(), dtype_of<std::remove_const_t<T>>::value, m};
+}
+template <class T>
+ConstView cview(std::span<const T> s, Memory m = Memory::host) {
+  return ConstView{s.data(), s.size(), dtype_of<T>::value, m};
+}
+
+// A pending collective. wait() blocks until it is done and rethrows its error, if any.
+// Destroying a handle that was never waited on waits (a collective is never abandoned).
+class Handle {
+ public:
+  struct State {
+    virtual ~State() = default;
+    virtual void wait() = 0;
+    virtual bool test() = 0;
+  };
+  Handle() = default;
+  explicit Handle(std::unique_ptr<State> s) : state_(std::move(s)) {}
+  Handle(Handle&&) noexcept = default;
+  Handle& operator=(Handle&& o) noexcept;
+  ~Handle();
+  void wait();
+  bool test();  // true when done (then wait() returns at once)
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+// Per-operation accounting, per rank. payload_bytes: the size of the whole logical buffer the
+// operation works on (the input of a reduce-scatter, the output of an all-gather, the buffer of an
+// all-reduce or broadcast). wire_bytes: what this rank itself sent.
+struct OpStats {
+  std::uint64_t calls = 0;
+  std::uint64_t payload_bytes = 0;
+  std::uint64_t wire_bytes = 0;
+  double seconds = 0;  // from issue to completion, as seen by wait()
+};
+struct Accounting {
+  OpStats ops[kOpCount];
+  const OpStats& operator[](Op op) const { return ops[static_cast<int>(op)]; }
+  OpStats& operator[](Op op) { return ops[static_cast<int>(op)]; }
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string_view backend() const = 0;  // "mpi" or "nccl"
+
+  // Non-blocking collectives. Every rank must call them in the same order with the same sizes;
+  // a mismatch is detected and reported as zero::Error naming the ranks and the operation.
+  //
+  // all_reduce: in place. Implemented as reduce_scatter + all_gather so that it sums in the same
+  //   order as a reduce-scatter (stage 0 and stages 1-3 then agree bitwise).
+  // reduce_scatter: in.count == size() * out.count; out receives this rank's block. out.dtype may
+  //   be wider than in.dtype (bf16 in, fp32 out): the sum is then kept in fp32 and not rounded.
+  //   Sums run in rank order 0, 1, ..., N-1 in fp32 (fp64 for f64 inputs), independent of how a
+  //   caller splits the buffer into buckets.
+  // all_gather: out.count == size() * in.count; rank r's input lands at block r.
+  // broadcast: in place from root.
+  virtual Handle all_reduce_async(View buf, ReduceOp op) = 0;
+  virtual Handle reduce_scatter_async(ConstView in, View out, ReduceOp op) = 0;
+  virtual Handle all_gather_async(ConstView in, View out) = 0;
+  virtual Handle broadcast_async(View buf, int root) = 0;
+  virtual Handle barrier_async() = 0;
+
+  // A sub-communicator of the ranks that pass the same color, ordered by key (MPI_Comm_split).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  virtual const Accounting& accounting() const = 0;
+  virtual void reset_accounting() = 0;
+
+  // Blocking forms.
+  void all_reduce(View buf, ReduceOp op) { all_reduce_async(buf, op).wait(); }
+  void reduce_scatter(ConstView in, View out, ReduceOp op) {
+    reduce_scatter_async(in, out, op).wait();
+  }
+  void all_gather(ConstView in, View out) { all_gather_async(in, out).wait(); }
+  void broadcast(View buf, int root) { broadcast_async(buf, root).wait(); }
+  void barrier() { barrier_async().wait(); }
+};
+
+}  // namespace zero::comm
