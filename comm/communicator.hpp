@@ -11,12 +11,30 @@
 #include <string_view>
 #include <type_traits>
 
+#include "precision/bf16.hpp"
 #include "precision/dtype.hpp"
+#include "precision/fp16.hpp"
 
 namespace zero::comm {
 
 enum class ReduceOp : std::uint8_t { sum, avg, max };
 enum class Memory : std::uint8_t { host, device };
+
+// Behaviour every backend honours. Plain values; each field says what it changes.
+struct Options {
+  // A collective that makes no progress for this long (a rank never arrives, or stops sending)
+  // fails with zero::Error naming the operation and its sequence number instead of hanging.
+  double timeout_seconds = 600;
+  // Exchange a small signature (sequence, op, counts, dtypes) before each collective so that ranks
+  // calling different collectives, or the same one with different sizes, all fail with a message
+  // naming the ranks. Costs one tiny all-reduce per collective; off only for benchmarking.
+  bool verify = true;
+  // MPI backend: bytes per peer per pipeline step of the reduce-scatter (and per broadcast step).
+  // Bounds the staging memory and sets the granularity at which reduction overlaps transfer.
+  std::size_t chunk_bytes = std::size_t{1} << 20;
+  // MPI backend: how many chunks per peer are in flight ahead of the one being reduced.
+  int pipeline_depth = 2;
+};
 
 // The collectives, for accounting and error messages.
 enum class Op : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, barrier };
@@ -52,6 +70,8 @@ template <> struct dtype_of<double> { static constexpr DType value = DType::f64;
 template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::i32; };
 template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType::i64; };
 template <> struct dtype_of<std::uint8_t> { static constexpr DType value = DType::u8; };
+template <> struct dtype_of<bf16> { static constexpr DType value = DType::bf16; };
+template <> struct dtype_of<fp16> { static constexpr DType value = DType::f16; };
 
 template <class T>
 View view(std::span<T> s, Memory m = Memory::host) {
@@ -63,7 +83,8 @@ ConstView cview(std::span<const T> s, Memory m = Memory::host) {
 }
 
 // A pending collective. wait() blocks until it is done and rethrows its error, if any.
-// Destroying a handle that was never waited on waits (a collective is never abandoned).
+// Destroying a handle that was never waited on waits (a collective is never abandoned); an error
+// it would have rethrown is then dropped, so wait() on anything whose failure matters.
 class Handle {
  public:
   struct State {
@@ -86,12 +107,14 @@ class Handle {
 
 // Per-operation accounting, per rank. payload_bytes: the size of the whole logical buffer the
 // operation works on (the input of a reduce-scatter, the output of an all-gather, the buffer of an
-// all-reduce or broadcast). wire_bytes: what this rank itself sent.
+// all-reduce or broadcast). wire_bytes: the data bytes this rank itself sent under the algorithm the
+// backend runs (the signature exchange of Options::verify is not counted). Only operations that
+// completed without error are counted.
 struct OpStats {
   std::uint64_t calls = 0;
   std::uint64_t payload_bytes = 0;
   std::uint64_t wire_bytes = 0;
-  double seconds = 0;  // from issue to completion, as seen by wait()
+  double seconds = 0;  // from issue (the *_async call) to completion on the communication thread
 };
 struct Accounting {
   OpStats ops[kOpCount];
@@ -116,19 +139,33 @@ class Communicator {
   //   be wider than in.dtype (bf16 in, fp32 out): the sum is then kept in fp32 and not rounded.
   //   Sums run in rank order 0, 1, ..., N-1 in fp32 (fp64 for f64 inputs), independent of how a
   //   caller splits the buffer into buckets.
-  // all_gather: out.count == size() * in.count; rank r's input lands at block r.
+  //   avg divides the fp32 sum by size() and then rounds once; max propagates NaN. Integer sums
+  //   wrap (two's complement) and integers have no avg. out may alias in exactly at this rank's
+  //   block (in place); any other overlap is an error.
+  // all_gather: out.count == size() * in.count; rank r's input lands at block r. in may be
+  //   exactly block r of out (in place).
+  // all_reduce pads a count that size() does not divide: block b = ceil(count / size()) and the
+  //   last blocks are shorter (or empty); nothing is copied. The result equals a reduce_scatter of
+  //   the buffer padded to size() * b, followed by an all_gather, bitwise.
   // broadcast: in place from root.
+  // Wrong local arguments throw zero::Error at the call, naming the op and the numbers.
   virtual Handle all_reduce_async(View buf, ReduceOp op) = 0;
   virtual Handle reduce_scatter_async(ConstView in, View out, ReduceOp op) = 0;
   virtual Handle all_gather_async(ConstView in, View out) = 0;
   virtual Handle broadcast_async(View buf, int root) = 0;
   virtual Handle barrier_async() = 0;
 
-  // A sub-communicator of the ranks that pass the same color, ordered by key (MPI_Comm_split).
+  // A sub-communicator of the ranks that pass the same color, ordered by key (MPI_Comm_split),
+  // with its own communication thread and accounting. Collective over this communicator; a rank
+  // passing a negative color takes part but gets nullptr.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
-  virtual const Accounting& accounting() const = 0;
+  // A snapshot (the communication thread updates the counters as operations complete).
+  virtual Accounting accounting() const = 0;
   virtual void reset_accounting() = 0;
+  // The most bytes the backend has held at once in internal staging buffers (pipeline slots,
+  // accumulators), for the engine's memory ledger ("comm_buckets").
+  virtual std::size_t scratch_bytes_peak() const = 0;
 
   // Blocking forms.
   void all_reduce(View buf, ReduceOp op) { all_reduce_async(buf, op).wait(); }

@@ -1,1 +1,224 @@
-// placeholder: being written
+// Layout computation: offsets, padding, shards, persistence and the bucket plan (see layout.hpp).
+#include "zero/layout.hpp"
+
+#include <algorithm>
+#include <iomanip>
+#include <sstream>
+#include <unordered_map>
+
+#include "zero/error.hpp"
+
+namespace zero {
+namespace {
+
+// Sizes come from user shapes; an overflow would silently corrupt every offset after it.
+std::int64_t checked_add(std::int64_t a, std::int64_t b, const std::string& what) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) throw Error(cat(what, " overflows 64-bit element counts"));
+  return r;
+}
+
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, const std::string& what) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) throw Error(cat(what, " overflows 64-bit element counts"));
+  return r;
+}
+
+std::int64_t round_up(std::int64_t x, std::int64_t m, const std::string& what) {
+  return checked_add(x, m - 1, what) / m * m;
+}
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::ostringstream s;
+  s << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  s << ']';
+  return s.str();
+}
+
+Error::Where at_key(std::string key) {
+  Error::Where w;
+  w.key = std::move(key);
+  return w;
+}
+
+Error::Where at_unit(int unit) {
+  Error::Where w;
+  w.unit = unit;
+  return w;
+}
+
+void validate_options(const LayoutOptions& o) {
+  if (o.shard_ranks < 1)
+    throw Error(cat("must be at least 1, got ", o.shard_ranks), at_key("shard_ranks"));
+  if (o.align_elements < 1)
+    throw Error(cat("must be at least 1, got ", o.align_elements), at_key("align_elements"));
+  if (o.persistence_threshold < 0)
+    throw Error(cat("must be 0 (no persistent units) or positive, got ", o.persistence_threshold),
+                at_key("persistence_threshold"));
+  if (o.bucket_elements < 1)
+    throw Error(cat("must be at least 1, got ", o.bucket_elements), at_key("bucket_elements"));
+}
+
+std::int64_t numel_of(const ParamSpec& p, int unit, const std::string& unit_name) {
+  std::int64_t n = 1;
+  for (std::size_t d = 0; d < p.shape.size(); ++d) {
+    if (p.shape[d] <= 0)
+      throw Error(cat("parameter '", p.name, "' of unit '", unit_name, "' has dimension ", d, " = ",
+                      p.shape[d], " in shape ", shape_string(p.shape),
+                      "; every dimension must be positive"),
+                  at_unit(unit));
+    n = checked_mul(n, p.shape[d], cat("parameter '", p.name, "' shape ", shape_string(p.shape)));
+  }
+  return n;
+}
+
+// Greedy over units from last to first: a bucket closes when the next unit would push it past
+// the limit, and a unit larger than the limit is a bucket of its own (never split: the engine
+// reduces whole units, and a unit's grads are ready all at once at the end of its backward).
+std::vector<Bucket> plan_buckets(std::vector<UnitLayout>& units, std::int64_t limit) {
+  std::vector<Bucket> buckets;
+  Bucket open;
+  auto close = [&] {
+    if (open.units.empty()) return;
+    for (int u : open.units) units[u].bucket = static_cast<int>(buckets.size());
+    buckets.push_back(std::move(open));
+    open = Bucket{};
+  };
+  for (int u = static_cast<int>(units.size()) - 1; u >= 0; --u) {
+    const std::int64_t n = units[u].padded_numel;
+    if (!open.units.empty() && open.padded_numel + n > limit) close();
+    open.units.push_back(u);
+    open.padded_numel += n;  // an oversized unit closes on the next unit: nothing fits with it
+  }
+  close();
+  return buckets;
+}
+
+}  // namespace
+
+Range UnitLayout::shard_range(int rank) const {
+  const std::int64_t n = shard_numel > 0 ? padded_numel / shard_numel : 0;
+  if (rank < 0 || rank >= n)
+    throw Error(cat("rank ", rank, " has no shard of unit '", name, "', which is split over ", n,
+                    " ranks"));
+  return Range{rank * shard_numel, (rank + 1) * shard_numel};
+}
+
+std::vector<ShardPiece> Layout::shard_pieces(int unit, int rank) const {
+  if (unit < 0 || unit >= static_cast<int>(units.size()))
+    throw Error(cat("no unit ", unit, " in a layout of ", units.size(), " units"));
+  const UnitLayout& u = units[unit];
+  const Range shard = u.shard_range(rank);
+  std::vector<ShardPiece> pieces;
+  for (int p = u.first_param; p < u.first_param + u.param_count; ++p) {
+    const ParamLayout& pl = params[p];
+    const std::int64_t begin = std::max(shard.begin, pl.offset);
+    const std::int64_t end = std::min(shard.end, pl.offset + pl.numel);
+    if (begin >= end) continue;
+    pieces.push_back({p, begin - pl.offset, begin - shard.begin, end - begin});
+  }
+  return pieces;
+}
+
+std::optional<int> Layout::param_index(std::string_view name) const {
+  for (std::size_t p = 0; p < params.size(); ++p)
+    if (params[p].name == name) return static_cast<int>(p);
+  return std::nullopt;
+}
+
+Layout make_layout(const std::vector<UnitSpec>& specs, const LayoutOptions& options) {
+  validate_options(options);
+  if (specs.empty()) throw Error("no units registered: a layout needs at least one parameter");
+
+  const std::int64_t align = options.align_elements;
+  const std::int64_t unit_multiple =
+      checked_mul(options.shard_ranks, align, "shard_ranks * align_elements");
+
+  Layout layout;
+  layout.options = options;
+  std::unordered_map<std::string, int> unit_of_name;  // param name -> unit, for duplicates
+
+  for (std::size_t ui = 0; ui < specs.size(); ++ui) {
+    const int u = static_cast<int>(ui);
+    const UnitSpec& spec = specs[ui];
+    if (spec.params.empty())
+      throw Error(cat("unit '", spec.name, "' has no parameters; every unit needs at least one"),
+                  at_unit(u));
+
+    UnitLayout unit;
+    unit.name = spec.name;
+    unit.first_param = static_cast<int>(layout.params.size());
+    unit.param_count = static_cast<int>(spec.params.size());
+    unit.offset = layout.padded_numel;
+
+    std::int64_t end = 0;  // end of the last param placed, in unit coordinates
+    for (const ParamSpec& ps : spec.params) {
+      if (ps.name.empty())
+        throw Error(cat("unit '", spec.name, "' has a parameter with an empty name"), at_unit(u));
+      auto [it, fresh] = unit_of_name.emplace(ps.name, u);
+      if (!fresh)
+        throw Error(cat("parameter name '", ps.name, "' is registered twice: in unit ", it->second,
+                        " '", specs[it->second].name, "' and in unit ", u, " '", spec.name,
+                        "'; parameter names must be unique"),
+                    at_unit(u));
+      ParamLayout p;
+      p.name = ps.name;
+      p.shape = ps.shape;
+      p.unit = u;
+      p.numel = numel_of(ps, u, spec.name);
+      p.offset = round_up(end, align, cat("unit '", spec.name, "'"));
+      p.global_offset = checked_add(unit.offset, p.offset, cat("unit '", spec.name, "'"));
+      end = checked_add(p.offset, p.numel, cat("unit '", spec.name, "'"));
+      unit.numel += p.numel;  // <= end, so it cannot overflow
+      layout.params.push_back(std::move(p));
+    }
+
+    unit.padded_numel = round_up(end, unit_multiple, cat("unit '", spec.name, "'"));
+    unit.shard_numel = unit.padded_numel / options.shard_ranks;
+    unit.shard_offset = unit.offset / options.shard_ranks;  // every unit offset divides by N
+    unit.persistent = unit.numel < options.persistence_threshold;
+    layout.numel = checked_add(layout.numel, unit.numel, "model size");
+    layout.padded_numel = checked_add(layout.padded_numel, unit.padded_numel, "model size");
+    layout.units.push_back(std::move(unit));
+  }
+  layout.shard_numel = layout.padded_numel / options.shard_ranks;
+  layout.buckets = plan_buckets(layout.units, options.bucket_elements);
+  return layout;
+}
+
+std::string describe(const Layout& l) {
+  std::ostringstream s;
+  const auto& o = l.options;
+  s << "layout: " << l.units.size() << " units, " << l.params.size()
+    << " params, N = " << o.shard_ranks << ", align = " << o.align_elements
+    << ", persistence_threshold = " << o.persistence_threshold
+    << ", bucket_elements = " << o.bucket_elements << '\n';
+  s << std::left << std::setw(6) << "unit" << std::setw(28) << "name" << std::right << std::setw(14)
+    << "offset" << std::setw(14) << "numel" << std::setw(14) << "padded" << std::setw(14) << "shard"
+    << std::setw(8) << "bucket"
+    << "  persistent\n";
+  for (std::size_t u = 0; u < l.units.size(); ++u) {
+    const UnitLayout& ul = l.units[u];
+    s << std::left << std::setw(6) << u << std::setw(28) << ul.name << std::right << std::setw(14)
+      << ul.offset << std::setw(14) << ul.numel << std::setw(14) << ul.padded_numel << std::setw(14)
+      << ul.shard_numel << std::setw(8) << ul.bucket << (ul.persistent ? "  yes" : "  no") << '\n';
+    for (int p = ul.first_param; p < ul.first_param + ul.param_count; ++p) {
+      const ParamLayout& pl = l.params[p];
+      s << "      " << std::left << std::setw(26) << pl.name << std::setw(16)
+        << shape_string(pl.shape) << std::right << "  offset " << pl.offset << "  numel "
+        << pl.numel << "  global " << pl.global_offset << '\n';
+    }
+  }
+  s << "buckets (backward order):\n";
+  for (std::size_t b = 0; b < l.buckets.size(); ++b) {
+    s << "  " << b << ": units";
+    for (int u : l.buckets[b].units) s << ' ' << u;
+    s << "  (" << l.buckets[b].padded_numel << " elements)\n";
+  }
+  s << "total: " << l.numel << " params (Ψ), " << l.padded_numel << " padded ("
+    << (l.padded_numel - l.numel) << " padding), " << l.shard_numel << " per rank shard\n";
+  return s.str();
+}
+
+}  // namespace zero

@@ -1,2 +1,499 @@
+// The configuration: what a DeepSpeed user's file becomes, the defaults, and the error messages.
 #include <catch2/catch.hpp>
-// placeholder: being written
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "zero/config.hpp"
+#include "zero/error.hpp"
+
+using zero::Config;
+using zero::parse_config;
+
+namespace {
+
+Config parse(const std::string& text) {
+  return parse_config(text, "test.json");
+}
+
+// The message parse_config throws for `text`, or "" when it parses.
+std::string error_of(const std::string& text) {
+  try {
+    parse(text);
+  } catch (const zero::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has_warning(const Config& c, const std::string& text) {
+  for (const auto& w : c.warnings)
+    if (w == text) return true;
+  return false;
+}
+
+// A user's ds_config.json for a stage-3 bf16 run, "auto"-free, as DeepSpeed's docs write them.
+constexpr const char* kDeepSpeedStage3 = R"({
+  "train_batch_size": 256,
+  "train_micro_batch_size_per_gpu": 4,
+  "gradient_accumulation_steps": 8,
+  "gradient_clipping": 1.0,
+  "steps_per_print": 50,
+  "wall_clock_breakdown": false,
+  "optimizer": {
+    "type": "AdamW",
+    "params": {
+      "lr": 3e-4,
+      "betas": [0.9, 0.95],
+      "eps": 1e-8,
+      "weight_decay": 0.1
+    }
+  },
+  "scheduler": {
+    "type": "WarmupDecayLR",
+    "params": {
+      "warmup_min_lr": 0,
+      "warmup_max_lr": 3e-4,
+      "warmup_num_steps": 2000,
+      "warmup_type": "linear",
+      "total_num_steps": 100000
+    }
+  },
+  "bf16": { "enabled": true },
+  "communication_data_type": "bf16",
+  "zero_optimization": {
+    "stage": 3,
+    "overlap_comm": true,
+    "contiguous_gradients": true,
+    "reduce_bucket_size": 5e8,
+    "allgather_bucket_size": 2e8,
+    "stage3_prefetch_bucket_size": 5e7,
+    "stage3_param_persistence_threshold": 1e6,
+    "stage3_max_live_parameters": 1e9,
+    "stage3_max_reuse_distance": 1e9,
+    "stage3_gather_16bit_weights_on_model_save": true,
+    "sub_group_size": 1e9,
+    "offload_optimizer": { "device": "none" },
+    "offload_param": { "device": "none" },
+    "zero_hpz_partition_size": 8
+  }
+})";
+
+}  // namespace
+
+TEST_CASE("A DeepSpeed user's stage-3 config file parses with every field as written") {
+  const Config c = parse(kDeepSpeedStage3);
+  CHECK(c.train_batch_size == 256);
+  CHECK(c.train_micro_batch_size_per_gpu == 4);
+  CHECK(c.gradient_accumulation_steps == 8);
+  CHECK(c.gradient_clipping == 1.0);
+  CHECK(c.steps_per_print == 50);
+  CHECK(c.seed == 42);
+  CHECK(c.optimizer.type == zero::OptimizerType::adamw);
+  CHECK(c.optimizer.lr == 3e-4);
+  CHECK(c.optimizer.beta1 == 0.9);
+  CHECK(c.optimizer.beta2 == 0.95);
+  CHECK(c.optimizer.eps == 1e-8);
+  CHECK(c.optimizer.weight_decay == 0.1);
+  CHECK(c.scheduler.type == zero::ScheduleType::warmup_linear_decay);
+  CHECK(c.scheduler.warmup_min_lr == 0.0);
+  CHECK(c.scheduler.warmup_max_lr == 3e-4);
+  CHECK(c.scheduler.warmup_num_steps == 2000);
+  CHECK(c.scheduler.warmup_type == zero::WarmupType::linear);
+  CHECK(c.scheduler.total_num_steps == 100000);
+  CHECK(c.precision == zero::Precision::bf16);
+  CHECK(c.communication_data_type == zero::DType::bf16);
+  CHECK(c.zero.stage == 3);
+  CHECK(c.zero.overlap_comm);
+  CHECK(c.zero.reduce_bucket_size == 500'000'000);
+  CHECK(c.zero.allgather_bucket_size == 200'000'000);
+  CHECK(c.zero.stage3_prefetch_bucket_size == 50'000'000);
+  CHECK(c.zero.stage3_param_persistence_threshold == 1'000'000);
+  CHECK(c.zero.stage3_max_live_parameters == 1'000'000'000);
+  CHECK(c.zero.stage3_max_reuse_distance == 1'000'000'000);
+  CHECK(c.zero.offload_optimizer_device == zero::OffloadDevice::none);
+  CHECK(c.zero.zero_hpz_partition_size == 8);
+  // The four DeepSpeed keys zero does not act on, each reported once, in file order.
+  REQUIRE(c.warnings.size() == 4);
+  CHECK(c.warnings[0] == "wall_clock_breakdown is accepted for compatibility and has no effect");
+  CHECK(c.warnings[1] ==
+        "zero_optimization.contiguous_gradients is accepted for compatibility and has no "
+        "effect: gradients always live in contiguous buffers planned by the layout");
+  CHECK(c.warnings[2] ==
+        "zero_optimization.stage3_gather_16bit_weights_on_model_save is "
+        "accepted for compatibility and has no effect");
+  CHECK(c.warnings[3] ==
+        "zero_optimization.sub_group_size is accepted for compatibility and has no effect");
+}
+
+TEST_CASE("An empty object gives DeepSpeed's defaults") {
+  const Config c = parse("{}");
+  CHECK(c.train_micro_batch_size_per_gpu == 1);
+  CHECK(c.gradient_accumulation_steps == 1);
+  CHECK_FALSE(c.train_batch_size.has_value());
+  CHECK(c.gradient_clipping == 0.0);
+  CHECK(c.steps_per_print == 10);
+  CHECK(c.seed == 42);
+  CHECK(c.optimizer.type == zero::OptimizerType::adamw);
+  CHECK(c.optimizer.lr == 1e-3);
+  CHECK(c.optimizer.beta1 == 0.9);
+  CHECK(c.optimizer.beta2 == 0.999);
+  CHECK(c.optimizer.eps == 1e-8);
+  CHECK(c.optimizer.weight_decay == 0.0);
+  CHECK(c.scheduler.type == zero::ScheduleType::constant);
+  CHECK(c.precision == zero::Precision::fp32);
+  CHECK(c.fp16.loss_scale == 0.0);
+  CHECK(c.fp16.initial_scale_power == 16);
+  CHECK(c.fp16.loss_scale_window == 1000);
+  CHECK(c.fp16.hysteresis == 2);
+  CHECK_FALSE(c.fp16.consecutive_hysteresis);
+  CHECK(c.fp16.min_loss_scale == 1.0);
+  CHECK(c.communication_data_type == zero::DType::f32);
+  CHECK(c.zero.stage == 0);
+  CHECK_FALSE(c.zero.overlap_comm);
+  CHECK(c.zero.reduce_bucket_size == 500'000'000);
+  CHECK(c.zero.allgather_bucket_size == 500'000'000);
+  CHECK(c.zero.stage3_prefetch_bucket_size == 50'000'000);
+  CHECK(c.zero.stage3_param_persistence_threshold == 100'000);
+  CHECK(c.zero.stage3_max_live_parameters == 1'000'000'000);
+  CHECK(c.zero.stage3_max_reuse_distance == 1'000'000'000);
+  CHECK(c.zero.offload_optimizer_device == zero::OffloadDevice::none);
+  CHECK(c.zero.zero_hpz_partition_size == 1);
+  CHECK(c.warnings.empty());
+  CHECK(c == Config{});
+}
+
+TEST_CASE("A scheduler block gets DeepSpeed's parameter defaults") {
+  const Config c = parse(R"({"scheduler": {"type": "WarmupCosineLR",
+                                           "params": {"total_num_steps": 500}}})");
+  CHECK(c.scheduler.type == zero::ScheduleType::warmup_cosine);
+  CHECK(c.scheduler.warmup_num_steps == 1000);
+  CHECK(c.scheduler.warmup_type == zero::WarmupType::log);
+  CHECK(c.scheduler.warmup_min_ratio == 0.0);
+  CHECK(c.scheduler.cos_min_ratio == 1e-4);
+  CHECK_FALSE(c.scheduler.warmup_max_lr.has_value());
+  // DeepSpeed warns when the decay would start after it ends; so does zero.
+  CHECK(has_warning(c,
+                    "scheduler.params.total_num_steps 500 is less than warmup_num_steps "
+                    "1000: the decay is skipped (as in DeepSpeed)"));
+}
+
+TEST_CASE("overlap_comm defaults to true at stage 3 and to false below, as in DeepSpeed") {
+  CHECK(parse(R"({"zero_optimization": {"stage": 3}})").zero.overlap_comm);
+  CHECK_FALSE(parse(R"({"zero_optimization": {"stage": 2}})").zero.overlap_comm);
+  CHECK_FALSE(
+      parse(R"({"zero_optimization": {"stage": 3, "overlap_comm": false}})").zero.overlap_comm);
+}
+
+TEST_CASE("Integer fields accept integral numbers written as doubles, like 5e8") {
+  const Config c = parse(R"({"zero_optimization": {"reduce_bucket_size": 2.5e8},
+                            "gradient_accumulation_steps": 4.0})");
+  CHECK(c.zero.reduce_bucket_size == 250'000'000);
+  CHECK(c.gradient_accumulation_steps == 4);
+  CHECK(error_of(R"({"zero_optimization": {"reduce_bucket_size": 5.5}})") ==
+        "zero_optimization.reduce_bucket_size: expected an integer, got 5.5");
+}
+
+TEST_CASE("A stage outside 0..3 is an error naming the path and the allowed values") {
+  CHECK(error_of(R"({"zero_optimization": {"stage": 4}})") ==
+        "zero_optimization.stage: expected 0..3, got 4");
+  CHECK(error_of(R"({"zero_optimization": {"stage": -1}})") ==
+        "zero_optimization.stage: expected 0..3, got -1");
+}
+
+TEST_CASE("A value of the wrong JSON type is an error naming what was found") {
+  CHECK(error_of(R"({"optimizer": {"type": "AdamW", "params": {"lr": "fast"}}})") ==
+        "optimizer.params.lr: expected a number, got string \"fast\"");
+  CHECK(error_of(R"({"fp16": {"enabled": 1}})") == "fp16.enabled: expected true or false, got 1");
+  CHECK(error_of(R"({"zero_optimization": true})") ==
+        "zero_optimization: expected an object, got true");
+  CHECK(error_of(R"({"zero_optimization": {"stage": "3"}})") ==
+        "zero_optimization.stage: expected an integer, got string \"3\"");
+  CHECK(error_of(R"({"communication_data_type": 16})") ==
+        "communication_data_type: expected \"fp32\", \"bf16\" or \"fp16\", got 16");
+}
+
+TEST_CASE("Zero and negative sizes are errors") {
+  CHECK(error_of(R"({"zero_optimization": {"reduce_bucket_size": 0}})") ==
+        "zero_optimization.reduce_bucket_size: expected a positive integer, got 0");
+  CHECK(error_of(R"({"zero_optimization": {"allgather_bucket_size": -5e8}})") ==
+        "zero_optimization.allgather_bucket_size: expected a positive integer, got -5e+08");
+  CHECK(error_of(R"({"train_micro_batch_size_per_gpu": 0})") ==
+        "train_micro_batch_size_per_gpu: expected a positive integer, got 0");
+  CHECK(error_of(R"({"gradient_accumulation_steps": -2})") ==
+        "gradient_accumulation_steps: expected a positive integer, got -2");
+  CHECK(error_of(R"({"zero_optimization": {"stage3_prefetch_bucket_size": -1}})") ==
+        "zero_optimization.stage3_prefetch_bucket_size: expected an integer >= 0, got -1");
+  // Zero is meaningful for the stage-3 sizes: no prefetch.
+  CHECK(parse(R"({"zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 0}})")
+            .zero.stage3_prefetch_bucket_size == 0);
+}
+
+TEST_CASE("betas outside [0, 1) or not a pair are errors") {
+  CHECK(error_of(R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9, 1.0]}}})") ==
+        "optimizer.params.betas: expected two numbers in [0, 1), got [0.9, 1]");
+  CHECK(error_of(R"({"optimizer": {"type": "AdamW", "params": {"betas": [-0.1, 0.99]}}})") ==
+        "optimizer.params.betas: expected two numbers in [0, 1), got [-0.1, 0.99]");
+  CHECK(error_of(R"({"optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}})") ==
+        "optimizer.params.betas: expected two numbers in [0, 1), got [0.9]");
+}
+
+TEST_CASE("eps must be greater than zero and the other rates not negative") {
+  CHECK(error_of(R"({"optimizer": {"type": "AdamW", "params": {"eps": 0}}})") ==
+        "optimizer.params.eps: expected a number > 0, got 0");
+  CHECK(error_of(R"({"optimizer": {"type": "AdamW", "params": {"weight_decay": -0.1}}})") ==
+        "optimizer.params.weight_decay: expected a number >= 0, got -0.1");
+  CHECK(error_of(R"({"gradient_clipping": -1})") ==
+        "gradient_clipping: expected a number >= 0, got -1");
+}
+
+TEST_CASE("Enabling both bf16 and fp16 is an error") {
+  CHECK(error_of(R"({"bf16": {"enabled": true}, "fp16": {"enabled": true}})") ==
+        "bf16.enabled and fp16.enabled are both true; enable at most one (neither means fp32)");
+  CHECK(parse(R"({"fp16": {"enabled": true}})").precision == zero::Precision::fp16);
+  CHECK(parse(R"({"bf16": {"enabled": false}, "fp16": {"enabled": false}})").precision ==
+        zero::Precision::fp32);
+}
+
+TEST_CASE("bfloat16 is read as DeepSpeed's old name for bf16") {
+  CHECK(parse(R"({"bfloat16": {"enabled": true}})").precision == zero::Precision::bf16);
+  CHECK(error_of(R"({"bfloat16": {"enabled": true}, "bf16": {"enabled": true}})") ==
+        "bfloat16: DeepSpeed's old name for bf16; give only bf16");
+}
+
+TEST_CASE("Malformed JSON is an error giving the source, line and column") {
+  const std::string text = "{\n  \"seed\": 1,\n  \"steps_per_print\" 10\n}";
+  CHECK(error_of(text) == "test.json: malformed JSON at line 3, column 21: syntax error");
+  CHECK(error_of("") == "test.json: malformed JSON at line 1, column 1: incomplete JSON");
+  CHECK(error_of("[1, 2]") == "test.json: expected a JSON object at top level, got [1, 2]");
+}
+
+TEST_CASE("Comments and trailing commas are accepted") {
+  const Config c = parse("{\n  // a comment\n  \"seed\": 7,\n}");
+  CHECK(c.seed == 7);
+}
+
+TEST_CASE("\"auto\" values ask to be replaced with a value") {
+  CHECK(error_of(R"({"optimizer": {"type": "AdamW", "params": {"lr": "auto"}}})") ==
+        "optimizer.params.lr: \"auto\" is a placeholder that only the Hugging Face Trainer "
+        "integration fills in; replace it with a number");
+  CHECK(error_of(R"({"train_batch_size": "auto"})") ==
+        "train_batch_size: \"auto\" is a placeholder that only the Hugging Face Trainer "
+        "integration fills in; replace it with a positive integer");
+  CHECK(error_of(R"({"fp16": {"enabled": "auto"}})") ==
+        "fp16.enabled: \"auto\" is a placeholder that only the Hugging Face Trainer "
+        "integration fills in; replace it with true or false");
+}
+
+TEST_CASE("An unknown top-level key is an error suggesting the nearest known key") {
+  CHECK(error_of(R"({"zero_optimisation": {"stage": 2}})") ==
+        "unknown key 'zero_optimisation' at top level; did you mean 'zero_optimization'?");
+  CHECK(error_of(R"({"gradient_acumulation_steps": 2})") ==
+        "unknown key 'gradient_acumulation_steps' at top level; did you mean "
+        "'gradient_accumulation_steps'?");
+}
+
+TEST_CASE("An unknown nested key is an error naming its section and the nearest key") {
+  CHECK(error_of(R"({"zero_optimization": {"stag": 2}})") ==
+        "unknown key 'stag' in zero_optimization; did you mean 'stage'?");
+  CHECK(error_of(R"({"zero_optimization": {"prefetch_bucket_size": 1}})") ==
+        "unknown key 'prefetch_bucket_size' in zero_optimization; did you mean "
+        "'stage3_prefetch_bucket_size'?");
+  // Reported before the values of that object are read, so a typo is not called "missing".
+  CHECK(error_of(R"({"scheduler": {"type": "WarmupDecayLR",
+                                   "params": {"total_num_step": 10}}})") ==
+        "unknown key 'total_num_step' in scheduler.params (WarmupDecayLR); did you mean "
+        "'total_num_steps'?");
+}
+
+TEST_CASE("An unknown key with no near match lists the keys of its section") {
+  CHECK(error_of(R"({"bf16": {"speed": true}})") ==
+        "unknown key 'speed' in bf16; expected one of: enabled, immediate_grad_update, "
+        "check_grad_overflow, bf16_master_weights_and_grads, bf16_optimizer_states");
+  CHECK(error_of(R"({"learning_rate": 0.1})") ==
+        "unknown key 'learning_rate' at top level; docs/config.md lists the known keys");
+}
+
+TEST_CASE("A parameter of another scheduler type is refused") {
+  CHECK(error_of(R"({"scheduler": {"type": "WarmupLR", "params": {"cos_min_ratio": 0.1}}})") ==
+        "unknown key 'cos_min_ratio' in scheduler.params (WarmupLR); expected one of: "
+        "warmup_num_steps, warmup_type, warmup_min_lr, warmup_max_lr, last_batch_iteration");
+}
+
+TEST_CASE("DeepSpeed keys that zero does not act on are accepted with a warning") {
+  const Config c = parse(R"({
+    "zero_optimization": {"stage": 2, "round_robin_gradients": true},
+    "tensorboard": {"enabled": true, "output_path": "runs/", "anything": [1, 2]},
+    "fp16": {"enabled": true, "auto_cast": false},
+    "optimizer": {"type": "Adam", "params": {"torch_adam": true}}
+  })");
+  CHECK(c.warnings.size() == 4);
+  CHECK(has_warning(c,
+                    "zero_optimization.round_robin_gradients is accepted for compatibility "
+                    "and has no effect"));
+  CHECK(has_warning(c, "tensorboard is accepted for compatibility and has no effect"));
+  CHECK(has_warning(c,
+                    "fp16.auto_cast is accepted for compatibility and has no effect: the "
+                    "trainer's forward chooses its input types"));
+  CHECK(has_warning(c,
+                    "optimizer.params.torch_adam is accepted for compatibility and has no "
+                    "effect: zero always runs its own AdamW kernel"));
+}
+
+TEST_CASE("Stage-3 settings below stage 3 warn that they have no effect") {
+  const Config c = parse(R"({"zero_optimization": {"stage": 2,
+                            "stage3_max_live_parameters": 1e8, "zero_hpz_partition_size": 2}})");
+  CHECK(c.zero.stage3_max_live_parameters == 100'000'000);
+  CHECK(has_warning(c,
+                    "zero_optimization.stage3_max_live_parameters has an effect only at "
+                    "stage 3"));
+  CHECK(has_warning(c, "zero_optimization.zero_hpz_partition_size has an effect only at stage 3"));
+}
+
+TEST_CASE("Offloading to cpu or nvme is refused as not supported yet") {
+  CHECK(error_of(R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})") ==
+        "zero_optimization.offload_optimizer.device: offloading to cpu is not supported yet; "
+        "remove offload_optimizer or set its device to \"none\"");
+  CHECK(error_of(R"({"zero_optimization": {"offload_param": {"device": "nvme"}}})") ==
+        "zero_optimization.offload_param.device: offloading to nvme is not supported yet; "
+        "remove offload_param or set its device to \"none\"");
+  CHECK(error_of(R"({"zero_optimization": {"cpu_offload": true}})") ==
+        "zero_optimization.cpu_offload: true is not supported: offloading the optimizer to cpu "
+        "is not supported yet");
+}
+
+TEST_CASE("DeepSpeed's Adam means AdamW unless adam_w_mode is false") {
+  CHECK(parse(R"({"optimizer": {"type": "Adam"}})").optimizer.type == zero::OptimizerType::adamw);
+  CHECK(parse(R"({"optimizer": {"type": "adam", "params": {"adam_w_mode": false}}})")
+            .optimizer.type == zero::OptimizerType::adam);
+  const Config c = parse(R"({"optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}}})");
+  CHECK(c.optimizer.type == zero::OptimizerType::adamw);
+  CHECK(has_warning(c,
+                    "optimizer.params.adam_w_mode=false has no effect with type AdamW "
+                    "(as in DeepSpeed)"));
+}
+
+TEST_CASE("Optimizer settings zero cannot honour are errors, not silent changes") {
+  CHECK(error_of(R"({"optimizer": {"type": "Lamb"}})") ==
+        "optimizer.type: expected \"Adam\" or \"AdamW\", got string \"Lamb\"");
+  CHECK(error_of(R"({"optimizer": {"params": {"lr": 0.1}}})") ==
+        "optimizer.type: missing; expected \"Adam\" or \"AdamW\"");
+  CHECK(error_of(R"({"optimizer": {"type": "AdamW", "params": {"amsgrad": true}}})") ==
+        "optimizer.params.amsgrad: true is not supported: zero implements Adam and AdamW "
+        "without AMSGrad");
+  CHECK(error_of(R"({"optimizer": {"type": "AdamW", "params": {"max_grad_norm": 1.0}}})") ==
+        "optimizer.params.max_grad_norm: not an optimizer parameter (nor in DeepSpeed); use the "
+        "top-level gradient_clipping");
+}
+
+TEST_CASE("Unsupported or incomplete schedulers are errors naming the supported ones") {
+  CHECK(error_of(R"({"scheduler": {"type": "OneCycle"}})") ==
+        "scheduler.type: DeepSpeed's OneCycle is not supported; expected \"WarmupLR\", "
+        "\"WarmupDecayLR\" or \"WarmupCosineLR\"");
+  CHECK(error_of(R"({"scheduler": {"type": "WarmupDecayLR", "params": {}}})") ==
+        "scheduler.params.total_num_steps: missing; WarmupDecayLR needs the step at which the "
+        "decay ends");
+  CHECK(error_of(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "cos"}}})") ==
+        "scheduler.params.warmup_type: expected \"log\" or \"linear\", got string \"cos\"");
+  CHECK(error_of(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}}})") ==
+        "scheduler.params.warmup_num_steps: expected a positive integer, got 0");
+}
+
+TEST_CASE("to_json then parse_config gives the same Config") {
+  Config changed;  // every field away from its default
+  changed.train_micro_batch_size_per_gpu = 3;
+  changed.gradient_accumulation_steps = 5;
+  changed.train_batch_size = 30;
+  changed.gradient_clipping = 0.5;
+  changed.optimizer = {zero::OptimizerType::adam, 0.1, 0.8, 0.9, 1e-6, 0.3};
+  changed.scheduler.type = zero::ScheduleType::warmup_cosine;
+  changed.scheduler.warmup_num_steps = 7;
+  changed.scheduler.warmup_type = zero::WarmupType::linear;
+  changed.scheduler.total_num_steps = 70;
+  changed.scheduler.warmup_min_ratio = 0.25;
+  changed.scheduler.cos_min_ratio = 0.125;
+  changed.precision = zero::Precision::fp16;
+  changed.fp16 = {128.0, 12, 500, 3, true, 0.5};
+  changed.communication_data_type = zero::DType::f16;
+  changed.seed = 7;
+  changed.steps_per_print = 3;
+  changed.zero = {1, true, 11, 12, 13, 14, 15, 16, zero::OffloadDevice::none, 2};
+
+  Config warmup;  // WarmupLR with an explicit maximum, at stage 3
+  warmup.scheduler.type = zero::ScheduleType::warmup;
+  warmup.scheduler.warmup_min_lr = 1e-5;
+  warmup.scheduler.warmup_max_lr = 2e-4;
+  warmup.zero.stage = 3;
+
+  for (const Config& c : {Config{}, parse(kDeepSpeedStage3), changed, warmup}) {
+    const std::string text = to_json(c);
+    INFO(text);
+    const Config back = parse(text);
+    CHECK(back == c);
+    CHECK(to_json(back) == text);
+  }
+  // What zero writes it reads back without complaint, except stage-3 sizes set below stage 3.
+  CHECK(parse(to_json(Config{})).warnings.empty());
+  CHECK(parse(to_json(parse(kDeepSpeedStage3))).warnings.empty());
+  CHECK(parse(to_json(warmup)).warnings.empty());
+}
+
+TEST_CASE("Config equality sees every field but the warnings") {
+  Config a, b;
+  b.warnings.push_back("a warning");
+  CHECK(a == b);
+  b.steps_per_print = 11;
+  CHECK_FALSE(a == b);
+  b = a;
+  b.zero.stage3_max_reuse_distance = 5;
+  CHECK_FALSE(a == b);
+  b = a;
+  b.scheduler.warmup_max_lr = 0.0;
+  CHECK_FALSE(a == b);
+}
+
+TEST_CASE("train_batch_size must equal micro-batch times accumulation times world size") {
+  const Config c = parse(kDeepSpeedStage3);  // 256 = 4 * 8 * 8, with zero_hpz_partition_size 8
+  CHECK_NOTHROW(c.validate_world(8));
+  try {
+    c.validate_world(16);
+    FAIL("expected an error");
+  } catch (const zero::Error& e) {
+    CHECK(std::string(e.what()) ==
+          "train_batch_size: 256 != train_micro_batch_size_per_gpu 4 * gradient_accumulation_steps"
+          " 8 * world size 16 = 512; at this world size set train_micro_batch_size_per_gpu to 2");
+    CHECK(e.where().key == "train_batch_size");
+  }
+  Config unset;  // without train_batch_size there is nothing to check
+  CHECK_NOTHROW(unset.validate_world(7));
+  CHECK_THROWS_WITH(unset.validate_world(0), "the world size must be at least 1, got 0");
+}
+
+TEST_CASE("zero_hpz_partition_size must divide the world size") {
+  Config c;
+  c.zero.stage = 3;
+  c.zero.zero_hpz_partition_size = 4;
+  CHECK_NOTHROW(c.validate_world(8));
+  CHECK_THROWS_WITH(c.validate_world(6),
+                    "zero_optimization.zero_hpz_partition_size: 4 does not divide the world "
+                    "size 6");
+}
+
+TEST_CASE("load_config reads a file and names a missing one") {
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto path = dir / "zero_test_config_ds.json";
+  std::ofstream(path) << kDeepSpeedStage3;
+  CHECK(zero::load_config(path) == parse(kDeepSpeedStage3));
+  std::filesystem::remove(path);
+  CHECK_THROWS_WITH(zero::load_config(path), path.string() + ": no such file");
+}
+
+TEST_CASE("Error locations carry the config path for programs to read") {
+  try {
+    parse(R"({"zero_optimization": {"stage": 9}})");
+    FAIL("expected an error");
+  } catch (const zero::Error& e) {
+    CHECK(e.where().key == "zero_optimization.stage");
+  }
+}

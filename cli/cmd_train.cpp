@@ -1,0 +1,221 @@
+// `zero train`: trains the reference model on N ranks at any ZeRO stage, shows the loss as it
+// goes, then a summary: loss, checksum of the weights, memory per rank by category, traffic.
+#include <boost/json.hpp>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "cli/launch.hpp"
+#include "models/mlp.hpp"
+#include "zero/zero.hpp"
+
+namespace zero::cli {
+namespace {
+
+std::string hex16(std::uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+std::string human_bytes(double b) {
+  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (b >= 1024 && i < 4) b /= 1024, ++i;
+  char s[32];
+  std::snprintf(s, sizeof s, i == 0 ? "%.0f %s" : "%.2f %s", b, unit[i]);
+  return s;
+}
+
+Precision parse_precision(const std::string& s) {
+  if (s == "bf16") return Precision::bf16;
+  if (s == "fp16") return Precision::fp16;
+  if (s == "fp32") return Precision::fp32;
+  throw Error(cat("--precision: expected bf16, fp16 or fp32, got '", s, "'"));
+}
+
+DType parse_reduce(const std::string& s) {
+  if (s == "fp32") return DType::f32;
+  if (s == "bf16") return DType::bf16;
+  if (s == "fp16") return DType::f16;
+  throw Error(cat("--reduce-dtype: expected fp32, bf16 or fp16, got '", s, "'"));
+}
+
+}  // namespace
+
+int cmd_train(const Args& argv) {
+  namespace po = boost::program_options;
+  std::string model = "mlp", precision, reduce, config_file, json_file;
+  int ranks = 1, stage = 0;
+  std::int64_t steps = 20, accum = 1, global_batch = 64, log_every = 1;
+  std::uint64_t seed = 1;
+  models::MlpShape shape;
+  double lr = 0, clip = -1;
+  po::options_description opts("zero train options");
+  opts.add_options()
+      ("model", po::value(&model)->default_value("mlp"), "model to train (mlp)")
+      ("ranks,n", po::value(&ranks), "ranks (outside an MPI job: relaunch under mpirun)")
+      ("stage", po::value(&stage), "ZeRO stage 0..3 (overrides the config)")
+      ("steps", po::value(&steps)->default_value(20), "optimizer steps")
+      ("seed", po::value(&seed)->default_value(1), "seed of weights, teacher and data")
+      ("layers", po::value(&shape.layers)->default_value(4), "MLP layers (one unit each)")
+      ("width", po::value(&shape.width)->default_value(256), "MLP width")
+      ("global-batch", po::value(&global_batch)->default_value(64),
+       "samples per step over all ranks (split evenly; independent of the rank count)")
+      ("accum", po::value(&accum), "micro-batches per step (gradient_accumulation_steps)")
+      ("precision", po::value(&precision), "bf16 (default), fp16 or fp32")
+      ("reduce-dtype", po::value(&reduce), "gradient reduce dtype: fp32 (default) or the training dtype")
+      ("lr", po::value(&lr), "learning rate (overrides the config)")
+      ("clip", po::value(&clip), "gradient clipping max norm, 0 = off (overrides the config)")
+      ("overlap", "overlap gradient reduction with backward (zero_optimization.overlap_comm)")
+      ("config", po::value(&config_file), "DeepSpeed-style JSON config file")
+      ("json", po::value(&json_file), "write a JSON summary to this file")
+      ("log-every", po::value(&log_every)->default_value(1), "print the loss every this many steps")
+      ("help,h", "show this help");
+  po::variables_map vm;
+  po::store(po::command_line_parser(std::vector<std::string>(argv.begin() + 2, argv.end())).options(opts).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << opts;
+    return 0;
+  }
+  if (model != "mlp") throw Error(cat("--model: only 'mlp' is available, got '", model, "'"));
+  if (!vm.count("ranks")) ranks = in_mpi_job() ? 0 : 1;
+  if (ranks > 0) ensure_ranks(ranks, argv);
+  if (steps < 1) throw Error(cat("--steps must be >= 1, got ", steps));
+  if (log_every < 1) throw Error(cat("--log-every must be >= 1, got ", log_every));
+
+  Config config;
+  config.precision = Precision::bf16;
+  config.optimizer.lr = 1e-2;
+  config.gradient_clipping = 1.0;
+  if (!config_file.empty()) config = load_config(config_file);
+  if (vm.count("stage")) config.zero.stage = stage;
+  if (vm.count("precision")) config.precision = parse_precision(precision);
+  if (vm.count("reduce-dtype")) config.communication_data_type = parse_reduce(reduce);
+  if (vm.count("accum")) config.gradient_accumulation_steps = accum;
+  if (vm.count("lr")) config.optimizer.lr = lr;
+  if (vm.count("clip")) config.gradient_clipping = clip;
+  if (vm.count("overlap")) config.zero.overlap_comm = true;
+  if (config.train_batch_size && !vm.count("global-batch") ) global_batch = *config.train_batch_size;
+  shape.seed = seed;
+  shape.global_batch = global_batch;
+
+  comm::MpiRuntime mpi;
+  auto world = comm::make_mpi_communicator();
+  const int n = world->size(), rank = world->rank();
+  accum = config.gradient_accumulation_steps;
+  if (global_batch % (static_cast<std::int64_t>(n) * accum) != 0)
+    throw Error(cat("--global-batch ", global_batch, " must divide evenly into ", n, " ranks x ",
+                    accum, " micro-batches"));
+  const std::int64_t micro = global_batch / (n * accum);
+  config.train_micro_batch_size_per_gpu = micro;
+  config.train_batch_size = global_batch;
+  for (const auto& w : config.warnings)
+    if (rank == 0) std::cerr << "zero train: warning: " << w << '\n';
+
+  Engine engine(config, *world, models::mlp_units(shape));
+  engine.init_params([&](int p, std::span<float> out) { models::mlp_init(shape, p, out); });
+  models::MlpTrainer trainer(shape, micro);
+  const Layout& layout = engine.layout();
+  if (rank == 0)
+    std::printf("zero train: mlp %d x %d (%lld params), stage %d, %d ranks, %s, reduce %s, "
+                "global batch %lld = %d x %lld micro-batches x %lld\n",
+                shape.layers, shape.width, static_cast<long long>(layout.numel), config.zero.stage, n,
+                std::string(name_of(config.precision)).c_str(),
+                std::string(name_of(config.precision == Precision::fp32 ? DType::f32 : config.communication_data_type)).c_str(),
+                static_cast<long long>(global_batch), n, static_cast<long long>(accum),
+                static_cast<long long>(micro));
+
+  engine.reset_comm_accounting();
+  double loss = 0, first_loss = 0;
+  std::int64_t skipped = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  for (std::int64_t s = 0; s < steps; ++s) {
+    double local = 0;
+    for (std::int64_t k = 0; k < accum; ++k)
+      local += trainer.micro_batch(engine, s * global_batch + rank * (global_batch / n) + k * micro);
+    StepReport rep = engine.step();
+    skipped += rep.skipped;
+    world->all_reduce(comm::View{&local, 1, DType::f64}, comm::ReduceOp::sum);
+    loss = local / (static_cast<double>(n) * accum);
+    if (s == 0) first_loss = loss;
+    if (rank == 0 && (s % log_every == 0 || s + 1 == steps))
+      std::printf("step %4lld  loss %.6f  grad-norm %.4f  lr %.3g%s%s\n", static_cast<long long>(s + 1),
+                  loss, rep.grad_norm, rep.lr,
+                  config.precision == Precision::fp16 ? ("  scale " + std::to_string(static_cast<long long>(rep.loss_scale))).c_str() : "",
+                  rep.skipped ? "  (skipped)" : "");
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const comm::Accounting acct = engine.comm_accounting();
+  const std::uint64_t checksum = engine.master_checksum();
+
+  // Memory of every rank, gathered to all (each rank's ledger is its own).
+  const MemoryReport mem = engine.memory();
+  std::int64_t mine[6] = {mem.master, mem.optimizer, mem.grads, mem.params, mem.buffers, mem.peak_total};
+  std::vector<std::int64_t> all(6 * static_cast<std::size_t>(n));
+  world->all_gather(comm::ConstView{mine, 6, DType::i64}, comm::View{all.data(), all.size(), DType::i64});
+
+  const char* keys[] = {"master", "optimizer", "grads", "params", "buffers", "peak_total"};
+  if (rank == 0) {
+    std::printf("\nsummary: loss %.6f -> %.6f in %lld steps (%lld skipped), %.3f s/step, checksum %s\n",
+                first_loss, loss, static_cast<long long>(steps), static_cast<long long>(skipped),
+                seconds / steps, hex16(checksum).c_str());
+    std::printf("\nmemory per rank      %12s %12s %12s %12s %12s %12s\n", keys[0], keys[1], keys[2],
+                keys[3], keys[4], "peak total");
+    for (int r = 0; r < n; ++r) {
+      std::printf("  rank %-14d", r);
+      for (int k = 0; k < 6; ++k) std::printf(" %12s", human_bytes(double(all[6 * r + k])).c_str());
+      std::printf("\n");
+    }
+    const double psi = static_cast<double>(layout.numel);
+    std::printf("  (model states = params + grads + master + optimizer = %.2f bytes/param on rank 0)\n",
+                double(all[0] + all[1] + all[2] + all[3]) / psi);
+    std::printf("\ntraffic per step per rank (payload)   all_reduce %s   reduce_scatter %s   all_gather %s\n",
+                human_bytes(double(acct[comm::Op::all_reduce].payload_bytes) / steps).c_str(),
+                human_bytes(double(acct[comm::Op::reduce_scatter].payload_bytes) / steps).c_str(),
+                human_bytes(double(acct[comm::Op::all_gather].payload_bytes) / steps).c_str());
+  }
+
+  if (rank == 0 && !json_file.empty()) {
+    boost::json::array memory;
+    for (int r = 0; r < n; ++r) {
+      boost::json::object o;
+      for (int k = 0; k < 6; ++k) o[keys[k]] = all[6 * r + k];
+      memory.push_back(o);
+    }
+    // Per step; the final checksum's gathers come after `acct` was read.
+    auto per_step = [&](comm::Op op) { return acct[op].payload_bytes / static_cast<std::uint64_t>(steps); };
+    auto wire = [&](comm::Op op) { return acct[op].wire_bytes / static_cast<std::uint64_t>(steps); };
+    boost::json::object j{
+        {"model", "mlp"},
+        {"stage", config.zero.stage},
+        {"ranks", n},
+        {"steps", steps},
+        {"precision", std::string(name_of(config.precision))},
+        {"params", layout.numel},
+        {"padded_params", layout.padded_numel},
+        {"first_loss", first_loss},
+        {"final_loss", loss},
+        {"params_checksum", hex16(checksum)},
+        {"skipped_steps", skipped},
+        {"seconds_per_step", seconds / steps},
+        {"memory_bytes", memory},
+        {"comm_bytes", {{"all_reduce", per_step(comm::Op::all_reduce)},
+                        {"reduce_scatter", per_step(comm::Op::reduce_scatter)},
+                        {"all_gather", per_step(comm::Op::all_gather)}}},
+        {"comm_wire_bytes", {{"all_reduce", wire(comm::Op::all_reduce)},
+                             {"reduce_scatter", wire(comm::Op::reduce_scatter)},
+                             {"all_gather", wire(comm::Op::all_gather)}}},
+    };
+    std::ofstream f(json_file);
+    if (!f) throw Error(cat("cannot write ", json_file));
+    f << boost::json::serialize(j) << '\n';
+  }
+  return 0;
+}
+
+}  // namespace zero::cli

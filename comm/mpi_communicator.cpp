@@ -1,0 +1,407 @@
+// MpiCommunicator: the queue, the communication thread, validation, the signature check and the
+// accounting around the collective algorithms of comm/ (see mpi_communicator.hpp).
+#include "comm/mpi_communicator.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "comm/all_gather.hpp"
+#include "comm/broadcast.hpp"
+#include "comm/mpi_runtime.hpp"
+#include "comm/reduce_scatter.hpp"
+#include "comm/signature.hpp"
+#include "comm/validate.hpp"
+
+namespace zero::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using mpi::Call;
+using mpi::Signature;
+
+// One queued collective, shared by the queue and the caller's Handle.
+struct Task {
+  Signature sig;
+  Op op = Op::barrier;
+  bool accounted = true;  // split is not an Op
+  std::uint64_t payload = 0;
+  std::function<std::uint64_t()> body;  // the data phase; returns the bytes this rank sent
+  Clock::time_point issued = Clock::now();
+
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+
+  void finish(std::exception_ptr e) {
+    {
+      std::lock_guard lock(m);
+      error = std::move(e);
+      done = true;
+    }
+    cv.notify_all();
+  }
+};
+
+class MpiCommunicator;
+
+class TaskState final : public Handle::State {
+ public:
+  TaskState(std::shared_ptr<Task> t, MpiCommunicator* owner) : t_(std::move(t)), owner_(owner) {}
+  void wait() override;
+  bool test() override {
+    std::lock_guard lock(t_->m);
+    return t_->done;
+  }
+
+ private:
+  std::shared_ptr<Task> t_;
+  MpiCommunicator* owner_;  // outlives every unfinished task: its destructor drains the queue
+};
+
+Signature signature(Call call, ReduceOp op, const ConstView& in, const View& out) {
+  Signature s;
+  s.call = call;
+  s.reduce_op = static_cast<std::int64_t>(op);
+  s.in_count = static_cast<std::int64_t>(in.count);
+  s.out_count = static_cast<std::int64_t>(out.count);
+  s.in_type = static_cast<std::int64_t>(in.dtype);
+  s.out_type = static_cast<std::int64_t>(out.dtype);
+  return s;
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(mpi::CommOwner comm, const Options& options)
+      : comm_(std::move(comm)), options_(options) {
+    mpi::check(MPI_Comm_set_errhandler(comm_.get(), MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    link_.comm = comm_.get();
+    MPI_Comm_rank(link_.comm, &link_.rank);
+    MPI_Comm_size(link_.comm, &link_.size);
+    link_.timeout_s = options.timeout_seconds;
+    link_.chunk_bytes = options.chunk_bytes;
+    link_.depth = options.pipeline_depth;
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~MpiCommunicator() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();  // drains the queue first: every queued collective completes or fails
+  }
+
+  int rank() const override { return link_.rank; }
+  int size() const override { return link_.size; }
+  std::string_view backend() const override { return "mpi"; }
+
+  Handle reduce_scatter_async(ConstView in, View out, ReduceOp op) override {
+    auto t = std::make_shared<Task>();
+    t->sig = signature(Call::reduce_scatter, op, in, out);
+    if (auto e = mpi::check_reduce_scatter(in, out, op, rank(), size()); !e.empty())
+      reject(t->sig, e);
+    t->op = Op::reduce_scatter;
+    t->payload = in.bytes();
+    // Validation allows exactly one overlap: out is this rank's own block of in.
+    const bool aliases = out.count > 0 && static_cast<const std::byte*>(in.data) +
+                                                  static_cast<std::size_t>(rank()) * out.bytes() ==
+                                              out.data;
+    t->body = [this, in, out, op, aliases] {
+      return mpi::reduce_scatter(
+          link_, {in.data, in.dtype, in.count, out.count, out.data, out.dtype, op, aliases},
+          scratch_);
+    };
+    return submit(std::move(t));
+  }
+
+  Handle all_gather_async(ConstView in, View out) override {
+    auto t = std::make_shared<Task>();
+    t->sig = signature(Call::all_gather, ReduceOp::sum, in, out);
+    t->sig.reduce_op = -1;
+    if (auto e = mpi::check_all_gather(in, out, rank(), size()); !e.empty()) reject(t->sig, e);
+    t->op = Op::all_gather;
+    t->payload = out.bytes();
+    t->body = [this, in, out] {
+      return mpi::all_gather(link_, {in.data, out.data, out.count, in.count, size_of(in.dtype)});
+    };
+    return submit(std::move(t));
+  }
+
+  Handle all_reduce_async(View buf, ReduceOp op) override {
+    auto t = std::make_shared<Task>();
+    t->sig = signature(Call::all_reduce, op, buf, buf);
+    if (auto e = mpi::check_all_reduce(buf, op); !e.empty()) reject(t->sig, e);
+    t->op = Op::all_reduce;
+    t->payload = buf.bytes();
+    t->body = [this, buf, op] {
+      // Reduce-scatter into this rank's own block of buf (in place), then all-gather in place:
+      // the sums are the reduce-scatter's, bitwise. A count that size() does not divide gets
+      // shorter (or empty) last blocks instead of a padded copy.
+      const std::size_t n = static_cast<std::size_t>(size());
+      const std::size_t block = (buf.count + n - 1) / n;
+      auto* own = static_cast<std::byte*>(buf.data) +
+                  static_cast<std::size_t>(rank()) * block * size_of(buf.dtype);
+      const bool empty = mpi::block_len(buf.count, block, rank()) == 0;
+      void* out = empty ? nullptr : own;
+      std::uint64_t wire = mpi::reduce_scatter(
+          link_, {buf.data, buf.dtype, buf.count, block, out, buf.dtype, op, true}, scratch_);
+      wire += mpi::all_gather(link_, {out, buf.data, buf.count, block, size_of(buf.dtype)});
+      return wire;
+    };
+    return submit(std::move(t));
+  }
+
+  Handle broadcast_async(View buf, int root) override {
+    auto t = std::make_shared<Task>();
+    t->sig = signature(Call::broadcast, ReduceOp::sum, buf, buf);
+    t->sig.reduce_op = -1;
+    t->sig.root = root;
+    if (auto e = mpi::check_broadcast(buf, root, size()); !e.empty()) reject(t->sig, e);
+    t->op = Op::broadcast;
+    t->payload = buf.bytes();
+    t->body = [this, buf, root] { return mpi::broadcast(link_, buf.data, buf.bytes(), root); };
+    return submit(std::move(t));
+  }
+
+  Handle barrier_async() override {
+    auto t = std::make_shared<Task>();
+    t->sig.call = Call::barrier;
+    t->op = Op::barrier;
+    // With verify on, the signature all-reduce already waits for every rank: that is the barrier.
+    if (!options_.verify) {
+      t->body = [this] {
+        mpi::Request r(mpi::Request::Kind::collective);
+        mpi::check(MPI_Ibarrier(link_.comm, r.slot()), "MPI_Ibarrier");
+        mpi::wait(r, link_.timeout_s, "every rank to reach the barrier");
+        return std::uint64_t{0};
+      };
+    }
+    return submit(std::move(t));
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    auto t = std::make_shared<Task>();
+    t->sig.call = Call::split;
+    t->accounted = false;
+    auto made = std::make_shared<MPI_Comm>(MPI_COMM_NULL);
+    t->body = [this, color, key, made] {
+      // Blocking is safe here: the signature check has just seen every rank arrive.
+      mpi::check(MPI_Comm_split(link_.comm, color < 0 ? MPI_UNDEFINED : color, key, made.get()),
+                 "MPI_Comm_split");
+      return std::uint64_t{0};
+    };
+    submit(std::move(t)).wait();
+    if (*made == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiCommunicator>(mpi::CommOwner(*made), options_);
+  }
+
+  Accounting accounting() const override {
+    std::lock_guard lock(acct_mu_);
+    return acct_;
+  }
+  void reset_accounting() override {
+    std::lock_guard lock(acct_mu_);
+    acct_ = Accounting{};
+  }
+  std::size_t scratch_bytes_peak() const override { return scratch_.peak_bytes(); }
+
+ private:
+  Handle submit(std::shared_ptr<Task> t) {
+    {
+      std::lock_guard lock(mu_);
+      if (!broken_.empty()) throw unusable();
+      queue_.push_back(t);
+    }
+    cv_.notify_one();
+    return Handle(std::make_unique<TaskState>(std::move(t), this));
+  }
+
+  // A call that failed local validation still takes its turn in the signature exchange (as an
+  // invalid signature that nobody waits for), so that ranks that called correctly fail with a
+  // mismatch naming this rank instead of waiting for it until the timeout.
+  [[noreturn]] void reject(Signature sig, const std::string& why) {
+    {
+      std::lock_guard lock(mu_);
+      if (!broken_.empty()) throw unusable();
+      if (options_.verify) {
+        auto poison = std::make_shared<Task>();
+        poison->sig = sig;
+        poison->sig.valid = 0;
+        poison->accounted = false;
+        queue_.push_back(std::move(poison));
+      }
+    }
+    cv_.notify_one();
+    throw Error(why, here());
+  }
+
+  Error::Where here() const {
+    Error::Where w;
+    w.rank = rank();
+    return w;
+  }
+
+  Error unusable() const {  // mu_ held
+    return Error(cat("this communicator is unusable since an earlier collective failed: ", broken_),
+                 here());
+  }
+
+  // The communication thread: runs queued tasks in FIFO order, one at a time.
+  void run() {
+    for (;;) {
+      std::shared_ptr<Task> t;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return (stop_ && queue_.empty()) || (!queue_.empty() && !busy_); });
+        if (queue_.empty()) return;
+        t = std::move(queue_.front());
+        queue_.pop_front();
+        busy_ = true;
+      }
+      execute(*t);
+      idle();
+    }
+  }
+
+ public:
+  // Called by a thread about to block on t: if t is next in line and nothing is running, that
+  // thread runs it itself, in the same FIFO position, saving the two thread handoffs that
+  // dominate small blocking collectives. Returns false when the communication thread has it.
+  bool run_if_next(const std::shared_ptr<Task>& t) {
+    {
+      std::lock_guard lock(mu_);
+      if (busy_ || queue_.empty() || queue_.front() != t) return false;
+      queue_.pop_front();
+      busy_ = true;
+    }
+    execute(*t);
+    idle();
+    return true;
+  }
+
+ private:
+  void idle() {
+    {
+      std::lock_guard lock(mu_);
+      busy_ = false;
+    }
+    cv_.notify_all();
+  }
+
+  void execute(Task& t) {
+    {
+      std::lock_guard lock(mu_);
+      if (!broken_.empty()) return t.finish(std::make_exception_ptr(unusable()));
+    }
+    t.sig.seq = ++seq_;
+    t.sig.chunk_bytes = static_cast<std::int64_t>(options_.chunk_bytes);
+    bool data_phase = false;
+    std::exception_ptr error;
+    std::uint64_t wire = 0;
+    auto context = [&] { return cat(mpi::describe(t.sig), " (collective #", t.sig.seq, ")"); };
+    try {
+      if (options_.verify) {
+        if (auto mismatch = mpi::agree(link_, t.sig, graveyard_))
+          throw Error(*mismatch, here());
+      }
+      if (t.sig.valid) {
+        data_phase = true;
+        if (t.body) wire = t.body();
+      }
+    } catch (const mpi::TimeoutError& e) {
+      error = std::make_exception_ptr(break_with(cat(context(), " ", e.what())));
+    } catch (const Error& e) {
+      // A mismatch leaves nothing in flight; a failure mid-transfer does.
+      error = data_phase ? std::make_exception_ptr(break_with(cat(context(), ": ", e.what())))
+                         : std::current_exception();
+    } catch (const std::exception& e) {
+      error = std::make_exception_ptr(break_with(cat(context(), ": ", e.what())));
+    }
+    if (!error && t.sig.valid && t.accounted) {
+      std::lock_guard lock(acct_mu_);
+      OpStats& s = acct_[t.op];
+      s.calls += 1;
+      s.payload_bytes += t.payload;
+      s.wire_bytes += wire;
+      s.seconds += std::chrono::duration<double>(Clock::now() - t.issued).count();
+    }
+    t.finish(std::move(error));
+  }
+
+  Error break_with(const std::string& what) {
+    std::lock_guard lock(mu_);
+    if (broken_.empty()) broken_ = what;
+    return Error(cat(what, "; this communicator is now unusable"), here());
+  }
+
+  mpi::CommOwner comm_;  // first member: freed last
+  Options options_;
+  mpi::Link link_;
+  // Touched only by the thread executing a task (busy_ serialises them), and the destructor.
+  mpi::Scratch scratch_;
+  mpi::Graveyard graveyard_;
+  std::int64_t seq_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Task>> queue_;
+  bool busy_ = false;  // a task is executing (on the communication thread or a waiting caller)
+  bool stop_ = false;
+  std::string broken_;  // the first failure that left messages in flight
+
+  mutable std::mutex acct_mu_;
+  Accounting acct_;
+
+  std::thread thread_;  // started last, joined first
+};
+
+void TaskState::wait() {
+  {
+    std::lock_guard lock(t_->m);
+    if (t_->done) {
+      if (t_->error) std::rethrow_exception(t_->error);
+      return;
+    }
+  }
+  owner_->run_if_next(t_);
+  std::unique_lock lock(t_->m);
+  t_->cv.wait(lock, [&] { return t_->done; });
+  if (t_->error) std::rethrow_exception(t_->error);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, Options options) {
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (!initialised)
+    throw Error("make_mpi_communicator: MPI is not initialised; create a zero::comm::MpiRuntime "
+                "first");
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  if (level < MPI_THREAD_MULTIPLE)
+    throw Error(cat("make_mpi_communicator: MPI was initialised with ", thread_level_name(level),
+                    " but the MPI backend needs MPI_THREAD_MULTIPLE (its communication thread "
+                    "calls MPI); initialise MPI through zero::comm::MpiRuntime"));
+  if (!(options.timeout_seconds > 0))
+    throw Error(cat("make_mpi_communicator: timeout_seconds must be > 0, got ",
+                    options.timeout_seconds));
+  if (options.chunk_bytes == 0 || options.chunk_bytes > mpi::kMaxMessageBytes)
+    throw Error(cat("make_mpi_communicator: chunk_bytes must be in [1, ", mpi::kMaxMessageBytes,
+                    "], got ", options.chunk_bytes));
+  if (options.pipeline_depth < 1)
+    throw Error(cat("make_mpi_communicator: pipeline_depth must be >= 1, got ",
+                    options.pipeline_depth));
+  MPI_Comm dup = MPI_COMM_NULL;
+  mpi::check(MPI_Comm_dup(comm, &dup), "MPI_Comm_dup");
+  return std::make_unique<MpiCommunicator>(mpi::CommOwner(dup), options);
+}
+
+}  // namespace zero::comm

@@ -1,0 +1,92 @@
+// RAII MPI owners and the polling wait (see mpi_request.hpp).
+#include "comm/mpi_request.hpp"
+
+#include <chrono>
+#include <thread>
+
+namespace zero::comm::mpi {
+
+void check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw Error(cat(call, " failed: ", std::string(msg, static_cast<std::size_t>(len))));
+}
+
+void CommOwner::reset() {
+  if (c_ != MPI_COMM_NULL && c_ != MPI_COMM_WORLD && c_ != MPI_COMM_SELF) {
+    int finalised = 0;
+    MPI_Finalized(&finalised);
+    if (!finalised) MPI_Comm_free(&c_);
+  }
+  c_ = MPI_COMM_NULL;
+}
+
+bool Request::test() {
+  if (r_ == MPI_REQUEST_NULL) return true;
+  int done = 0;
+  check(MPI_Test(&r_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  return done != 0;
+}
+
+void Request::abandon() noexcept {
+  if (r_ == MPI_REQUEST_NULL) return;
+  int finalised = 0;
+  MPI_Finalized(&finalised);
+  if (finalised) return;
+  int done = 0;
+  MPI_Test(&r_, &done, MPI_STATUS_IGNORE);
+  if (done) return;
+  switch (kind_) {
+    case Kind::recv:
+      // MPI guarantees that a wait on a cancelled request returns whatever the peer does.
+      MPI_Cancel(&r_);
+      MPI_Wait(&r_, MPI_STATUS_IGNORE);
+      break;
+    case Kind::send:
+      // Open MPI cannot cancel sends; the send buffer is the caller's input, which outlives us.
+      MPI_Request_free(&r_);
+      break;
+    case Kind::collective:
+      // Neither cancellable nor freeable; the owner keeps its buffers alive (or leaks them).
+      break;
+  }
+  r_ = MPI_REQUEST_NULL;
+}
+
+void wait(Request& r, double timeout_s, std::string_view what, int peer) {
+  using clock = std::chrono::steady_clock;
+  if (r.test()) return;
+  const auto start = clock::now();
+  for (;;) {
+    const double waited = std::chrono::duration<double>(clock::now() - start).count();
+    if (waited > timeout_s)
+      throw TimeoutError(peer < 0 ? cat("timed out after ", timeout_s, " s waiting for ", what)
+                                  : cat("timed out after ", timeout_s, " s waiting for ", what,
+                                        " rank ", peer));
+    // Yield while a transfer is probably moments away; once the wait is long (a slow or absent
+    // peer, or more ranks than cores), sleep so that the peers get the core.
+    if (waited < 2e-3)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (r.test()) return;
+  }
+}
+
+Request isend(const void* data, std::size_t bytes, int dest, int tag, MPI_Comm comm) {
+  Request r(Request::Kind::send);
+  check(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, dest, tag, comm, r.slot()),
+        "MPI_Isend");
+  return r;
+}
+
+Request irecv(void* data, std::size_t bytes, int source, int tag, MPI_Comm comm) {
+  Request r(Request::Kind::recv);
+  check(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, source, tag, comm, r.slot()),
+        "MPI_Irecv");
+  return r;
+}
+
+}  // namespace zero::comm::mpi

@@ -1,0 +1,96 @@
+// RAII owners for MPI communicators and requests, and the polling wait with a timeout that every
+// MPI collective of the backend uses (so a missing rank is an error, never a hang).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "zero/error.hpp"
+
+namespace zero::comm::mpi {
+
+// Throws zero::Error naming the MPI call and MPI's own message when rc is not MPI_SUCCESS.
+void check(int rc, const char* call);
+
+// A wait ran past Options::timeout_seconds without progress. The communicator that sees it
+// becomes unusable: messages of the abandoned collective may still be in flight.
+class TimeoutError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Owns an MPI communicator (MPI_Comm_free on destruction). MPI_COMM_WORLD/SELF are never freed.
+class CommOwner {
+ public:
+  CommOwner() = default;
+  explicit CommOwner(MPI_Comm c) : c_(c) {}
+  CommOwner(CommOwner&& o) noexcept : c_(std::exchange(o.c_, MPI_COMM_NULL)) {}
+  CommOwner& operator=(CommOwner&& o) noexcept {
+    if (this != &o) {
+      reset();
+      c_ = std::exchange(o.c_, MPI_COMM_NULL);
+    }
+    return *this;
+  }
+  ~CommOwner() { reset(); }
+  MPI_Comm get() const { return c_; }
+
+ private:
+  void reset();
+  MPI_Comm c_ = MPI_COMM_NULL;
+};
+
+// Owns one MPI request. Normally waited to completion; when it is destroyed still pending (after
+// a timeout or another error) it is abandoned safely: a receive is cancelled (so it can no longer
+// write into its buffer), a send is released to finish on its own, and a nonblocking collective,
+// which MPI allows neither to cancel nor to free, is left alone (its buffers must outlive it:
+// see Graveyard in mpi_communicator.cpp).
+class Request {
+ public:
+  enum class Kind { recv, send, collective };
+  Request() = default;
+  explicit Request(Kind k) : kind_(k) {}
+  Request(Request&& o) noexcept : r_(std::exchange(o.r_, MPI_REQUEST_NULL)), kind_(o.kind_) {}
+  Request& operator=(Request&& o) noexcept {
+    if (this != &o) {
+      abandon();
+      r_ = std::exchange(o.r_, MPI_REQUEST_NULL);
+      kind_ = o.kind_;
+    }
+    return *this;
+  }
+  ~Request() { abandon(); }
+
+  MPI_Request* slot() { return &r_; }  // for MPI_Isend(..., req.slot())
+  bool pending() const { return r_ != MPI_REQUEST_NULL; }
+  bool test();  // true when complete (MPI_Test; drives MPI's progress engine)
+
+ private:
+  void abandon() noexcept;
+  MPI_Request r_ = MPI_REQUEST_NULL;
+  Kind kind_ = Kind::send;
+};
+
+// Blocks until r completes, polling MPI_Test and yielding the core between polls (oversubscribed
+// ranks and the caller's threads need it; after a few milliseconds it sleeps briefly instead).
+// Throws TimeoutError "timed out after T s waiting for <what> [rank <peer>]" if r does not complete
+// within timeout_s seconds (peer < 0: no rank is named).
+void wait(Request& r, double timeout_s, std::string_view what, int peer = -1);
+
+// Post one MPI_BYTE message. Callers split buffers into messages of at most kMaxMessageBytes
+// (MPI counts are int).
+inline constexpr std::size_t kMaxMessageBytes = std::size_t{1} << 30;
+Request isend(const void* data, std::size_t bytes, int dest, int tag, MPI_Comm comm);
+Request irecv(void* data, std::size_t bytes, int source, int tag, MPI_Comm comm);
+
+// Message tags, one per algorithm, so that a stray message of one can never match another.
+inline constexpr int kTagReduceScatter = 101;
+inline constexpr int kTagAllGather = 102;
+inline constexpr int kTagBroadcast = 103;
+
+}  // namespace zero::comm::mpi

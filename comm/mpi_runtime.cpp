@@ -1,0 +1,74 @@
+// MpiRuntime and the launcher helpers (see mpi_runtime.hpp).
+#include "comm/mpi_runtime.hpp"
+
+#include <cstdlib>
+
+#include "zero/error.hpp"
+
+namespace zero::comm {
+
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+  }
+  return "an unknown MPI thread level";
+}
+
+MpiRuntime::MpiRuntime() { init(nullptr, nullptr); }
+MpiRuntime::MpiRuntime(int& argc, char**& argv) { init(&argc, &argv); }
+
+void MpiRuntime::init(int* argc, char*** argv) {
+  int initialised = 0, finalised = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalised);
+  if (finalised) throw Error("MPI was already finalised in this process; it cannot be restarted");
+  if (initialised) {
+    // The host program owns MPI; make_mpi_communicator checks the thread level it chose.
+    MPI_Query_thread(&thread_level_);
+    return;
+  }
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_) != MPI_SUCCESS)
+    throw Error("MPI_Init_thread failed");
+  if (thread_level_ < MPI_THREAD_MULTIPLE) {
+    // Leave MPI as we found it (finalised), then say what to do about it.
+    MPI_Finalize();
+    throw Error(cat("MPI provides only ", thread_level_name(thread_level_),
+                    " but zero needs MPI_THREAD_MULTIPLE (each communicator runs MPI calls on its "
+                    "own communication thread); use an MPI built with thread support "
+                    "(Open MPI: --enable-mpi-thread-multiple, the default since 3.0)"));
+  }
+  owns_ = true;
+}
+
+MpiRuntime::~MpiRuntime() {
+  if (!owns_) return;
+  int finalised = 0;
+  MPI_Finalized(&finalised);
+  if (!finalised) MPI_Finalize();
+}
+
+int node_local_rank(MPI_Comm comm) {
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    throw Error("MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed");
+  int r = 0;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  return r;
+}
+
+bool in_mpi_job() {
+  // Open MPI's mpirun, MPICH/Hydra (PMI), PMIx launchers and srun (PMI2/PMIx plugins, and its
+  // per-step variable) each set one of these. SLURM_NTASKS alone is not enough: sbatch sets it in
+  // the batch script too, where no launcher has run.
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK",
+                        "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+    if (const char* s = std::getenv(v); s != nullptr && *s != '\0') return true;
+  }
+  return false;
+}
+
+}  // namespace zero::comm

@@ -1,0 +1,41 @@
+// MpiRuntime: owns MPI's initialisation for one process (RAII), plus the small questions a launcher
+// asks: which rank am I on this node, and was I started by mpirun/srun at all.
+#pragma once
+
+#include <mpi.h>
+
+namespace zero::comm {
+
+// Initialises MPI with MPI_THREAD_MULTIPLE (each communicator has a communication thread that
+// calls MPI while the caller's thread may too) and finalises it on destruction. If MPI is already
+// initialised (by the host program), it does nothing and finalises nothing. Destroy every
+// communicator before it. Throws zero::Error when MPI cannot give MPI_THREAD_MULTIPLE.
+class MpiRuntime {
+ public:
+  MpiRuntime();
+  MpiRuntime(int& argc, char**& argv);
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+  bool owns() const { return owns_; }              // this object initialised MPI
+  int thread_level() const { return thread_level_; }  // what MPI provides (MPI_THREAD_*)
+
+ private:
+  void init(int* argc, char*** argv);
+  bool owns_ = false;
+  int thread_level_ = MPI_THREAD_SINGLE;
+};
+
+// This process's rank among the ranks of `comm` that share its node (MPI_COMM_TYPE_SHARED).
+// Collective over comm. Used to pick a GPU per rank.
+int node_local_rank(MPI_Comm comm = MPI_COMM_WORLD);
+
+// True when the process was launched by an MPI/PMI launcher (mpirun, srun, hydra), read from the
+// environment without touching MPI. The CLI uses it to decide whether to relaunch under mpirun.
+bool in_mpi_job();
+
+// The name of an MPI_THREAD_* level, for messages.
+const char* thread_level_name(int level);
+
+}  // namespace zero::comm

@@ -1,0 +1,68 @@
+// The signature each rank exchanges before a collective (sequence number, call, reduce op, counts,
+// dtypes, root), so that ranks that disagree on what they are calling all fail with one message
+// naming who called what, instead of hanging or exchanging garbage.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "comm/mpi_link.hpp"
+#include "comm/mpi_request.hpp"
+
+namespace zero::comm::mpi {
+
+// Collective calls a signature can name: the Ops, plus split (also collective over the group).
+enum class Call : std::int64_t { all_reduce, reduce_scatter, all_gather, broadcast, barrier, split };
+inline Call call_of(Op op) { return static_cast<Call>(static_cast<std::int64_t>(op)); }
+
+struct Signature {
+  static constexpr int kFields = 10;
+  std::int64_t seq = 0;  // this communicator's collective number, from 1
+  Call call = Call::barrier;
+  std::int64_t reduce_op = -1;  // ReduceOp, or -1
+  std::int64_t in_count = 0;    // elements as passed (for a valid call, out_count follows from it)
+  std::int64_t out_count = 0;
+  std::int64_t in_type = -1;  // DType, or -1
+  std::int64_t out_type = -1;
+  std::int64_t root = -1;
+  std::int64_t valid = 1;  // 0: the call failed local validation on this rank
+  std::int64_t chunk_bytes = 0;  // Options::chunk_bytes: ranks must cut messages alike
+
+  std::array<std::int64_t, kFields> pack() const;
+  static Signature unpack(const std::int64_t* v);
+  bool operator==(const Signature&) const = default;
+};
+
+// "reduce_scatter(count=1024, bf16->fp32, sum)", "all_gather(count=256, bf16)", "barrier()".
+std::string describe(const Signature& s);
+// "collective #12 mismatch: rank 0 called ... but rank 2 called ..." from every rank's signature.
+std::string mismatch_message(std::span<const Signature> all);
+
+// Nonblocking collectives that timed out: MPI allows neither cancelling nor freeing them and may
+// still write their receive buffers, so their buffers live here until the communicator dies, and
+// are deliberately leaked then if the collective still has not completed.
+class Graveyard {
+ public:
+  struct Entry {
+    Request req{Request::Kind::collective};
+    std::vector<std::int64_t> send, recv;
+  };
+  void bury(std::unique_ptr<Entry> e) { entries_.push_back(std::move(e)); }
+  ~Graveyard();
+
+ private:
+  std::vector<std::unique_ptr<Entry>> entries_;
+};
+
+// Exchanges `mine` with every rank (one MPI_Iallreduce of the values and their negations under
+// MAX gives the maximum and minimum at once). Returns nothing when all ranks agree, else the
+// mismatch message, identical on every rank. Throws TimeoutError when some rank does not arrive.
+std::optional<std::string> agree(const Link& link, const Signature& mine, Graveyard& graveyard);
+
+}  // namespace zero::comm::mpi

@@ -1,0 +1,26 @@
+// The fused Adam/AdamW update of one fp32 shard on the CPU (math: kernels/adamw_math.hpp).
+#pragma once
+
+#include <span>
+
+#include "kernels/adamw_math.hpp"
+#include "precision/simd.hpp"
+#include "precision/bf16.hpp"
+#include "precision/fp16.hpp"
+
+namespace zero::kernels::cpu {
+
+// One pass over the shard: for every i, adam_element(p[i], m[i], v[i], g[i], step), and, in the
+// overloads with `out`, out[i] = RNE(new p[i]) — the 16-bit copy that the all-gather sends, written
+// while p is still in a register rather than by a second pass over memory.
+// All spans must have the same length (zero::Error otherwise) and must not overlap.
+void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
+                std::span<const float> g, const AdamStep& step, SimdPath path = best_path());
+void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
+                std::span<const float> g, const AdamStep& step, std::span<bf16> out,
+                SimdPath path = best_path());
+void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
+                std::span<const float> g, const AdamStep& step, std::span<fp16> out,
+                SimdPath path = best_path());
+
+}  // namespace zero::kernels::cpu

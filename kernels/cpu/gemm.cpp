@@ -1,0 +1,47 @@
+// OpenBLAS wrapper (kernels/cpu/gemm.hpp).
+#include "kernels/cpu/gemm.hpp"
+
+#include <cblas.h>
+
+#include <mutex>
+
+#include "zero/error.hpp"
+
+namespace zero::kernels::cpu {
+namespace {
+
+// The thread count is OpenBLAS's own process-wide setting; this flag only makes sure the
+// single-thread default is applied once, before the first GEMM, and never over a user's choice.
+std::once_flag& threads_once() {
+  static std::once_flag flag;
+  return flag;
+}
+
+void default_threads() {
+  std::call_once(threads_once(), [] { openblas_set_num_threads(1); });
+}
+
+}  // namespace
+
+void set_blas_threads(int threads) {
+  if (threads < 1) throw Error(cat("set_blas_threads: need at least 1 thread, got ", threads));
+  default_threads();
+  openblas_set_num_threads(threads);
+}
+
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* A, int lda,
+          const float* B, int ldb, float beta, float* C, int ldc) {
+  if (m < 0 || n < 0 || k < 0) throw Error(cat("gemm: negative size m=", m, " n=", n, " k=", k));
+  // Row-major: a stored row holds the columns of the stored matrix.
+  const int a_cols = trans_a ? m : k;
+  const int b_cols = trans_b ? k : n;
+  if (lda < (a_cols > 1 ? a_cols : 1) || ldb < (b_cols > 1 ? b_cols : 1) || ldc < (n > 1 ? n : 1))
+    throw Error(cat("gemm: leading dimension too small (lda=", lda, " for ", a_cols,
+                    " columns, ldb=", ldb, " for ", b_cols, ", ldc=", ldc, " for ", n, ")"));
+  if (m == 0 || n == 0) return;
+  default_threads();
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+}  // namespace zero::kernels::cpu

@@ -1,0 +1,46 @@
+// The reference model: a multi-layer perceptron trained to imitate a fixed random teacher
+// network. One unit per layer; working params in the engine's dtype, math in fp32 on OpenBLAS.
+// Written only against zero's public header, as a user's trainer would be.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "zero/zero.hpp"
+
+namespace zero::models {
+
+struct MlpShape {
+  int layers = 4;            // linear layers (units); tanh between them, none after the last
+  int width = 256;           // every layer is width x width
+  std::int64_t global_batch = 64;  // samples per optimizer step over all ranks and micro-batches
+  std::uint64_t seed = 1;    // initial weights, teacher and data all derive from it
+};
+
+// The units to register: unit l holds "layer{l}.weight" [width, width] and "layer{l}.bias".
+std::vector<UnitSpec> mlp_units(const MlpShape& shape);
+
+// Initial value of param p (Kaiming-uniform-like, from the seed; the same on every rank).
+void mlp_init(const MlpShape& shape, int param, std::span<float> out);
+
+// Input sample i (any i >= 0) as `width` floats in [-1, 1], and its target from the teacher.
+void mlp_sample(const MlpShape& shape, std::int64_t index, std::span<float> x, std::span<float> y);
+
+// Runs one micro-batch through `engine`: forward (gather, compute, release per unit), loss,
+// backward (gather, gradients into engine.grad, release, reduce_grads per unit, last first).
+// `first` is the global index of the micro-batch's first sample; returns the mean loss over it
+// (0.5 * squared error averaged over samples and outputs), unscaled.
+class MlpTrainer {
+ public:
+  MlpTrainer(const MlpShape& shape, std::int64_t micro_batch);
+  double micro_batch(Engine& engine, std::int64_t first);
+
+ private:
+  MlpShape shape_;
+  std::int64_t batch_;
+  std::vector<std::vector<float>> acts_;  // acts_[l]: input of layer l; acts_[L]: output
+  std::vector<float> w_, dz_, dprev_, dw_, target_;
+};
+
+}  // namespace zero::models

@@ -1,0 +1,134 @@
+// The engine configuration as plain values, read from DeepSpeed-compatible JSON.
+//
+// A DeepSpeed user's ds_config.json works as it is: every key DeepSpeed documents is either acted
+// on (the fields below) or accepted with a warning in Config::warnings saying it has no effect.
+// A key neither of us knows, a bad value or a wrong JSON type is a zero::Error naming the key's
+// path ("zero_optimization.stage: expected 0..3, got 4"). docs/config.md lists every key.
+// Defaults are DeepSpeed's; where zero differs, the field's comment says so and docs/config.md
+// says why.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "precision/dtype.hpp"
+
+namespace zero {
+
+// Training precision of parameters and gradients; master weights and optimizer state are fp32.
+enum class Precision { bf16, fp16, fp32 };
+
+// adam: L2 penalty added to the gradient (torch.optim.Adam). adamw: decoupled weight decay
+// (torch.optim.AdamW). DeepSpeed's "Adam" means adamw unless params.adam_w_mode is false.
+enum class OptimizerType { adam, adamw };
+
+// constant: no scheduler block. The others are DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR.
+enum class ScheduleType { constant, warmup, warmup_linear_decay, warmup_cosine };
+
+// How the warmup rises from its start to its end value (DeepSpeed's warmup_type).
+enum class WarmupType { log, linear };
+
+// ZeRO-Offload destinations; only none is implemented, the others are refused at parse time.
+enum class OffloadDevice { none, cpu, nvme };
+
+// optimizer {type, params}. Defaults are those of DeepSpeed's FusedAdam, which a DeepSpeed
+// config gets: note weight_decay 0.0, not torch.optim.AdamW's 0.01.
+struct OptimizerConfig {
+  OptimizerType type = OptimizerType::adamw;  // DeepSpeed's default adam_w_mode=true
+  double lr = 1e-3;                           // base learning rate (the schedule scales it)
+  double beta1 = 0.9;                         // first-moment decay, in [0, 1)
+  double beta2 = 0.999;                       // second-moment decay, in [0, 1)
+  double eps = 1e-8;                          // added to sqrt(v); > 0
+  double weight_decay = 0.0;                  // FusedAdam's default; >= 0
+  friend bool operator==(const OptimizerConfig&, const OptimizerConfig&) = default;
+};
+
+// scheduler {type, params}. Only the fields of the chosen type are read or written.
+struct SchedulerConfig {
+  ScheduleType type = ScheduleType::constant;   // no scheduler block = constant lr
+  double warmup_min_lr = 0.0;                   // warmup start (WarmupLR, WarmupDecayLR)
+  std::optional<double> warmup_max_lr;          // warmup end; unset = optimizer lr (see docs)
+  std::int64_t warmup_num_steps = 1000;         // warmup length in optimizer steps; > 0
+  WarmupType warmup_type = WarmupType::log;     // DeepSpeed's default is log
+  std::optional<std::int64_t> total_num_steps;  // end of decay; required by the decaying types
+  double warmup_min_ratio = 0.0;                // WarmupCosineLR: warmup start as a ratio of lr
+  double cos_min_ratio = 1e-4;                  // WarmupCosineLR: final lr as a ratio of lr
+  friend bool operator==(const SchedulerConfig&, const SchedulerConfig&) = default;
+};
+
+// fp16 {...}: dynamic loss scaling (fp16 training only; Config::precision says whether it is on).
+struct Fp16Config {
+  double loss_scale = 0.0;                // 0 = dynamic; > 0 = this static scale
+  int initial_scale_power = 16;           // dynamic scaling starts at 2^this
+  std::int64_t loss_scale_window = 1000;  // clean steps before the scale doubles
+  int hysteresis = 2;                     // overflows tolerated before the scale halves
+  bool consecutive_hysteresis = false;    // refill hysteresis after every clean step
+  double min_loss_scale = 1.0;            // the scale never halves below this
+  friend bool operator==(const Fp16Config&, const Fp16Config&) = default;
+};
+
+// zero_optimization {...}. Sizes are in elements, as in DeepSpeed.
+struct ZeroConfig {
+  int stage = 0;                                          // 0..3: what is sharded (docs/design.md)
+  bool overlap_comm = false;                              // DeepSpeed: true at stage 3, else false
+  std::int64_t reduce_bucket_size = 500'000'000;          // gradient elements per reduce-scatter
+  std::int64_t allgather_bucket_size = 500'000'000;       // parameter elements per all-gather
+  std::int64_t stage3_prefetch_bucket_size = 50'000'000;  // elements gathered ahead; 0 = none
+  std::int64_t stage3_param_persistence_threshold = 100'000;     // smaller params never sharded
+  std::int64_t stage3_max_live_parameters = 1'000'000'000;       // gathered elements held at once
+  std::int64_t stage3_max_reuse_distance = 1'000'000'000;        // keep if reused within this
+  OffloadDevice offload_optimizer_device = OffloadDevice::none;  // only none is accepted
+  int zero_hpz_partition_size = 1;  // ranks of the secondary (in-node) shard group; 1 = off
+  friend bool operator==(const ZeroConfig&, const ZeroConfig&) = default;
+};
+
+// The whole configuration. Batch sizes count samples; steps count optimizer steps.
+struct Config {
+  std::int64_t train_micro_batch_size_per_gpu = 1;  // samples per rank per forward/backward
+  std::int64_t gradient_accumulation_steps = 1;     // micro-batches per optimizer step
+  std::optional<std::int64_t> train_batch_size;     // if set: micro * accumulation * world
+  double gradient_clipping = 0.0;                   // max global grad norm; 0 = no clipping
+  OptimizerConfig optimizer;                        // optimizer {type, params}
+  SchedulerConfig scheduler;                        // scheduler {type, params}
+  Precision precision = Precision::fp32;            // from bf16.enabled / fp16.enabled
+  Fp16Config fp16;                                  // loss scaling, read when fp16
+  DType communication_data_type = DType::f32;       // gradient reduce dtype; fp32, not DeepSpeed's
+                                                    // param dtype: bf16 sums diverge
+  std::int64_t seed = 42;                           // zero's own key (not DeepSpeed's)
+  ZeroConfig zero;                                  // zero_optimization {...}
+  std::int64_t steps_per_print = 10;                // log every this many optimizer steps
+  // One sentence per key that was accepted but has no effect (a DeepSpeed-only key, a stage-3
+  // size below stage 3, ...). Not part of the configuration's value: operator== ignores it.
+  std::vector<std::string> warnings;
+
+  // Checks what depends on the number of ranks: train_batch_size against
+  // micro * accumulation * world, and that zero_hpz_partition_size divides world.
+  // Throws zero::Error naming the key and the numbers.
+  void validate_world(int world) const;
+
+  friend bool operator==(const Config& a, const Config& b);
+};
+
+// Parses DeepSpeed-style JSON text (comments and trailing commas allowed). source_name (a file
+// name, or e.g. "<string>") prefixes syntax errors with line and column. Throws zero::Error.
+Config parse_config(std::string_view json_text, std::string_view source_name);
+
+// Reads and parses a file; a missing or unreadable file is a zero::Error naming the path.
+Config load_config(const std::filesystem::path& path);
+
+// Writes the configuration as DeepSpeed-style JSON (indented); parse_config of the result gives
+// an equal Config. Only the scheduler parameters of the chosen type are written.
+std::string to_json(const Config& config);
+
+// Names as they appear in the JSON ("bf16", "AdamW", "WarmupCosineLR", "log", "cpu").
+std::string_view name_of(Precision p);
+std::string_view name_of(OptimizerType t);
+std::string_view name_of(ScheduleType t);  // "constant" for ScheduleType::constant
+std::string_view name_of(WarmupType t);
+std::string_view name_of(OffloadDevice d);
+
+}  // namespace zero

@@ -1,0 +1,402 @@
+// Engine: buffers from the layout, gather/release (stage 3), gradient buffers and their reduction.
+// The optimizer step is in engine_step.cpp.
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+
+#include "precision/convert.hpp"
+#include "zero/engine_impl.hpp"
+
+namespace zero {
+
+Slice slice(const Allocation& a, DType dtype, std::int64_t offset, std::int64_t count) {
+  auto* base = static_cast<std::byte*>(a.data());
+  return Slice{base + offset * static_cast<std::int64_t>(size_of(dtype)), count, dtype};
+}
+
+namespace {
+
+DType working_dtype(Precision p) {
+  switch (p) {
+    case Precision::bf16: return DType::bf16;
+    case Precision::fp16: return DType::f16;
+    case Precision::fp32: return DType::f32;
+  }
+  return DType::f32;
+}
+
+std::int64_t bytes(std::int64_t count, DType t) {
+  return count * static_cast<std::int64_t>(size_of(t));
+}
+
+// Checks that every rank registered the same units: a mismatch would pair collectives of
+// different units and sum unrelated gradients.
+void check_same_layout(comm::Communicator& world, const Layout& layout) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](std::uint64_t x) {
+    for (int i = 0; i < 8; ++i) h = (h ^ ((x >> (8 * i)) & 0xff)) * 1099511628211ull;
+  };
+  for (const auto& p : layout.params) {
+    mix(static_cast<std::uint64_t>(p.unit));
+    mix(static_cast<std::uint64_t>(p.numel));
+    for (char c : p.name) mix(static_cast<unsigned char>(c));
+  }
+  std::vector<std::int64_t> all(world.size());
+  std::int64_t mine = static_cast<std::int64_t>(h);
+  world.all_gather(comm::ConstView{&mine, 1, DType::i64}, comm::View{all.data(), all.size(), DType::i64});
+  for (int r = 1; r < world.size(); ++r)
+    if (all[r] != all[0])
+      throw Error(cat("rank ", r, " registered different units or parameters than rank 0 (",
+                      layout.units.size(), " units, ", layout.params.size(),
+                      " params here); every rank must register the same model"),
+                  {.rank = world.rank()});
+}
+
+}  // namespace
+
+Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec> units,
+                   EngineOptions o)
+    : config(c), world(w), options(std::move(o)) {
+  if (config.zero.stage < 0 || config.zero.stage > 3)
+    throw Error(cat("expected 0..3, got ", config.zero.stage), {.key = "zero_optimization.stage"});
+  if (config.gradient_accumulation_steps < 1)
+    throw Error(cat("expected >= 1, got ", config.gradient_accumulation_steps),
+                {.key = "gradient_accumulation_steps"});
+  config.validate_world(w.size());
+  policy = kStagePolicy[config.zero.stage];
+  rank = w.rank();
+  ranks = w.size();
+  work_dtype = working_dtype(config.precision);
+  reduce_dtype = config.precision == Precision::fp32 ? DType::f32 : config.communication_data_type;
+  if (reduce_dtype != DType::f32 && reduce_dtype != work_dtype)
+    throw Error(cat("expected fp32 or the training dtype (", name_of(work_dtype), "), got ",
+                    name_of(reduce_dtype)),
+                {.key = "communication_data_type"});
+  accumulation = config.gradient_accumulation_steps;
+  if (!options.log)
+    options.log = [](const std::string& line) { std::cerr << line << '\n'; };
+
+  LayoutOptions lo;
+  lo.shard_ranks = ranks;
+  lo.align_elements = options.align_elements;
+  lo.persistence_threshold =
+      config.zero.stage == 3 ? config.zero.stage3_param_persistence_threshold : 0;
+  lo.bucket_elements = config.zero.reduce_bucket_size;
+  layout = make_layout(units, lo);
+  check_same_layout(world, layout);
+
+  const auto nu = static_cast<std::size_t>(layout.units.size());
+  const std::int64_t state_n = policy.shard_optimizer ? layout.shard_numel : layout.padded_numel;
+  master = ledger.allocate(Category::master, bytes(state_n, DType::f32));
+  exp_avg = ledger.allocate(Category::optimizer_m, bytes(state_n, DType::f32));
+  exp_avg_sq = ledger.allocate(Category::optimizer_v, bytes(state_n, DType::f32));
+
+  gathered.resize(nu);
+  unit_state.assign(nu, UnitState::gathered);
+  gather_handle.resize(nu);
+  if (policy.shard_params) {
+    params_shard = ledger.allocate(Category::params, bytes(layout.shard_numel, work_dtype));
+    for (std::size_t u = 0; u < nu; ++u) {
+      if (layout.units[u].persistent) {
+        gathered[u] = ledger.allocate(Category::params, bytes(layout.units[u].padded_numel, work_dtype));
+      } else {
+        unit_state[u] = UnitState::sharded;
+      }
+    }
+  } else {
+    params_full = ledger.allocate(Category::params, bytes(layout.padded_numel, work_dtype));
+  }
+
+  grads_unit.resize(nu);
+  grads_fresh.assign(nu, false);
+  if (!policy.shard_grads)
+    grads_full = ledger.allocate(Category::grads, bytes(layout.padded_numel, work_dtype));
+
+  // The reduced gradient. Stage 0 all-gathers it back to full; when it has the working dtype it
+  // lands in the gradient buffer itself. Stages 2-3 count their shard as the ZeRO "grads" term;
+  // at stage 1 the full gradient buffer is that term and the shard is a buffer.
+  if (policy.gather_grads) {
+    reduced_aliases_grads = reduce_dtype == work_dtype;
+    if (!reduced_aliases_grads)
+      reduced = ledger.allocate(Category::grad_accum, bytes(layout.padded_numel, reduce_dtype));
+  } else {
+    reduced = ledger.allocate(policy.shard_grads ? Category::grads : Category::grad_accum,
+                              bytes(layout.shard_numel, reduce_dtype));
+  }
+  if (accumulation > 1)
+    accum = ledger.allocate(Category::grad_accum,
+                            bytes(policy.gather_grads ? layout.padded_numel : layout.shard_numel,
+                                  DType::f32));
+  pending.resize(nu);
+  reduce_count.assign(nu, 0);
+
+  if (config.precision == Precision::fp16) {
+    LossScalerConfig sc;
+    sc.loss_scale = static_cast<float>(config.fp16.loss_scale);
+    sc.initial_scale_power = config.fp16.initial_scale_power;
+    sc.loss_scale_window = static_cast<int>(config.fp16.loss_scale_window);
+    sc.hysteresis = config.fp16.hysteresis;
+    sc.consecutive_hysteresis = config.fp16.consecutive_hysteresis;
+    sc.min_loss_scale = static_cast<float>(config.fp16.min_loss_scale);
+    scaler.emplace(sc);
+  }
+}
+
+std::int64_t Engine::Impl::state_offset(int u) const {
+  return policy.shard_optimizer ? layout.units[u].shard_offset : layout.units[u].offset;
+}
+std::int64_t Engine::Impl::state_count(int u) const {
+  return policy.shard_optimizer ? layout.units[u].shard_numel : layout.units[u].padded_numel;
+}
+std::int64_t Engine::Impl::reduced_offset(int u) const {
+  return policy.gather_grads ? layout.units[u].offset : layout.units[u].shard_offset;
+}
+std::int64_t Engine::Impl::own_shard_offset(int u) const {
+  return policy.gather_grads ? layout.units[u].offset + layout.units[u].shard_range(rank).begin
+                             : layout.units[u].shard_offset;
+}
+
+void Engine::Impl::check_unit(int u, const char* what) const {
+  if (u < 0 || u >= static_cast<int>(layout.units.size()))
+    throw Error(cat(what, "(", u, "): no such unit; the model has ", layout.units.size(), " units"),
+                {.rank = rank});
+}
+
+void Engine::Impl::log(const std::string& line) const {
+  if (rank == 0 || options.log_all_ranks) options.log(line);
+}
+
+Slice Engine::Impl::params_of_unit(int u) const {
+  const auto& U = layout.units[u];
+  if (policy.shard_params) {
+    if (unit_state[u] != UnitState::gathered)
+      throw Error("its parameters are not gathered: call gather() before reading them (stage 3)",
+                  {.rank = rank, .unit = u});
+    return slice(gathered[u], work_dtype, 0, U.padded_numel);
+  }
+  return slice(params_full, work_dtype, U.offset, U.padded_numel);
+}
+
+Slice Engine::Impl::grads_of_unit(int u) {
+  const auto& U = layout.units[u];
+  if (!grads_fresh[u]) {
+    // A new micro-batch for this unit: its previous reduction must be done before we reuse
+    // (stages 0-1) or replace (stages 2-3) the buffer it reads.
+    finish_reduce(u);
+    if (policy.shard_grads) {
+      grads_unit[u] = ledger.allocate(Category::comm_buckets, bytes(U.padded_numel, work_dtype));
+    } else {
+      Slice s = slice(grads_full, work_dtype, U.offset, U.padded_numel);
+      std::memset(s.data, 0, static_cast<std::size_t>(bytes(s.count, work_dtype)));
+    }
+    grads_fresh[u] = true;
+  }
+  if (policy.shard_grads) return slice(grads_unit[u], work_dtype, 0, U.padded_numel);
+  return slice(grads_full, work_dtype, U.offset, U.padded_numel);
+}
+
+void Engine::Impl::finish_reduce(int u) {
+  PendingReduce& p = pending[u];
+  if (!p.active) return;
+  try {
+    for (auto& h : p.handles) h.wait();
+  } catch (const Error& e) {
+    // The communicator names the collective; the engine knows which unit it was for.
+    throw Error(cat(e.what(), " [while reducing the gradients of unit ", u, " '",
+                    layout.units[u].name, "']"), {.rank = rank});
+  }
+  p.handles.clear();
+  p.unit_grads.reset();
+  p.block.reset();
+  p.active = false;
+  if (accumulation > 1) {
+    // Sum over micro-batches in fp32, in micro-batch order: the same on every stage.
+    const std::int64_t off = reduced_offset(u);
+    const std::int64_t n = policy.gather_grads ? layout.units[u].padded_numel : layout.units[u].shard_numel;
+    Slice src = reduced_aliases_grads ? slice(grads_full, work_dtype, off, n)
+                                      : slice(reduced, reduce_dtype, off, n);
+    float* acc = accum.as<float>().data() + off;
+    accumulate_into(acc, src.data, src.dtype, n);
+  }
+}
+
+void Engine::Impl::issue_gather(int u) {
+  const auto& U = layout.units[u];
+  gathered[u] = ledger.allocate(Category::gathered, bytes(U.padded_numel, work_dtype));
+  Slice shard = slice(params_shard, work_dtype, U.shard_offset, U.shard_numel);
+  gather_handle[u] = world.all_gather_async(shard.cview(),
+                                            slice(gathered[u], work_dtype, 0, U.padded_numel).view());
+  unit_state[u] = UnitState::gathering;
+}
+
+void Engine::Impl::all_gather_params(int u, const Slice& shard_values) {
+  const auto& U = layout.units[u];
+  Slice full = policy.shard_params ? slice(gathered[u], work_dtype, 0, U.padded_numel)
+                                   : slice(params_full, work_dtype, U.offset, U.padded_numel);
+  world.all_gather(shard_values.cview(), full.view());
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Engine::Engine(const Config& config, comm::Communicator& world, std::vector<UnitSpec> units,
+               EngineOptions options)
+    : impl_(std::make_unique<Impl>(config, world, std::move(units), std::move(options))) {}
+
+Engine::~Engine() {
+  // Never leave a collective in flight: the buffers it writes are about to be freed.
+  if (!impl_) return;
+  for (std::size_t u = 0; u < impl_->pending.size(); ++u) {
+    try {
+      impl_->finish_reduce(static_cast<int>(u));
+      if (impl_->gather_handle[u].valid()) impl_->gather_handle[u].wait();
+    } catch (...) {
+      // A failed collective already reported its error to the caller that issued it.
+    }
+  }
+}
+
+const Layout& Engine::layout() const { return impl_->layout; }
+const Config& Engine::config() const { return impl_->config; }
+int Engine::stage() const { return impl_->config.zero.stage; }
+int Engine::rank() const { return impl_->rank; }
+int Engine::ranks() const { return impl_->ranks; }
+
+void Engine::init_params(const std::function<void(int, std::span<float>)>& fill) {
+  Impl& s = *impl_;
+  std::vector<float> values;
+  auto master = s.master.as<float>();
+  for (std::size_t pi = 0; pi < s.layout.params.size(); ++pi) {
+    const ParamLayout& p = s.layout.params[pi];
+    values.assign(static_cast<std::size_t>(p.numel), 0.0f);
+    fill(static_cast<int>(pi), values);
+    const auto& U = s.layout.units[p.unit];
+    if (s.policy.shard_optimizer) {
+      for (const ShardPiece& piece : s.layout.shard_pieces(p.unit, s.rank)) {
+        if (piece.param != static_cast<int>(pi)) continue;
+        std::copy_n(values.data() + piece.param_offset, piece.count,
+                    master.data() + U.shard_offset + piece.shard_offset);
+      }
+    } else {
+      std::copy(values.begin(), values.end(), master.data() + p.global_offset);
+    }
+  }
+  // The working params are the master weights rounded to the working dtype.
+  for (std::size_t u = 0; u < s.layout.units.size(); ++u) {
+    const auto& U = s.layout.units[u];
+    const int ui = static_cast<int>(u);
+    const float* src = master.data() + s.state_offset(ui);
+    if (!s.policy.shard_optimizer) {
+      store_from_f32(slice(s.params_full, s.work_dtype, U.offset, U.padded_numel), src);
+    } else if (s.policy.shard_params && !U.persistent) {
+      store_from_f32(slice(s.params_shard, s.work_dtype, U.shard_offset, U.shard_numel), src);
+    } else {
+      Allocation tmp = s.ledger.allocate(Category::comm_buckets, bytes(U.shard_numel, s.work_dtype));
+      Slice shard = slice(tmp, s.work_dtype, 0, U.shard_numel);
+      store_from_f32(shard, src);
+      s.all_gather_params(ui, shard);
+    }
+  }
+}
+
+void Engine::gather(int u) {
+  Impl& s = *impl_;
+  s.check_unit(u, "gather");
+  if (!s.policy.shard_params || s.layout.units[u].persistent) return;
+  // Direction of travel: ascending in forward, descending in backward.
+  const bool backward = s.last_gathered >= 0 && u <= s.last_gathered;
+  s.last_gathered = u;
+  if (s.unit_state[u] == UnitState::sharded) s.issue_gather(u);
+  if (s.unit_state[u] == UnitState::gathering) {
+    s.gather_handle[u].wait();
+    s.unit_state[u] = UnitState::gathered;
+  }
+  const int next = backward ? u - 1 : u + 1;
+  if (next >= 0 && next < static_cast<int>(s.layout.units.size()) &&
+      s.unit_state[next] == UnitState::sharded && !s.layout.units[next].persistent)
+    s.issue_gather(next);
+}
+
+void Engine::release(int u) {
+  Impl& s = *impl_;
+  s.check_unit(u, "release");
+  if (!s.policy.shard_params || s.layout.units[u].persistent) return;
+  if (s.unit_state[u] == UnitState::gathering) s.gather_handle[u].wait();
+  s.gathered[u].reset();
+  s.unit_state[u] = UnitState::sharded;
+}
+
+TensorView Engine::param(int p) const {
+  const Impl& s = *impl_;
+  if (p < 0 || p >= static_cast<int>(s.layout.params.size()))
+    throw Error(cat("param(", p, "): no such parameter; the model has ", s.layout.params.size()),
+                {.rank = s.rank});
+  const ParamLayout& pl = s.layout.params[p];
+  Slice u = s.params_of_unit(pl.unit);
+  return TensorView{static_cast<std::byte*>(u.data) + bytes(pl.offset, s.work_dtype), pl.numel,
+                    s.work_dtype, pl.shape};
+}
+
+TensorView Engine::grad(int p) {
+  Impl& s = *impl_;
+  if (p < 0 || p >= static_cast<int>(s.layout.params.size()))
+    throw Error(cat("grad(", p, "): no such parameter; the model has ", s.layout.params.size()),
+                {.rank = s.rank});
+  const ParamLayout& pl = s.layout.params[p];
+  Slice u = s.grads_of_unit(pl.unit);
+  return TensorView{static_cast<std::byte*>(u.data) + bytes(pl.offset, s.work_dtype), pl.numel,
+                    s.work_dtype, pl.shape};
+}
+
+void Engine::reduce_grads(int u) {
+  Impl& s = *impl_;
+  s.check_unit(u, "reduce_grads");
+  if (s.reduce_count[u] >= s.accumulation)
+    throw Error(cat("reduce_grads called ", s.reduce_count[u] + 1,
+                    " times since the last step, but gradient_accumulation_steps is ",
+                    s.accumulation, "; call step() after every ", s.accumulation, " micro-batches"),
+                {.rank = s.rank, .unit = u});
+  Slice g = s.grads_of_unit(u);  // a unit with no gradient written still reduces its zeros
+  const auto& U = s.layout.units[u];
+  PendingReduce& p = s.pending[u];
+  const comm::ReduceOp op = comm::ReduceOp::sum;
+  if (s.policy.gather_grads) {
+    // Stage 0: all-reduce as reduce-scatter into this rank's block, then all-gather.
+    p.block = s.ledger.allocate(Category::comm_buckets, bytes(U.shard_numel, s.reduce_dtype));
+    Slice block = slice(p.block, s.reduce_dtype, 0, U.shard_numel);
+    Slice full = s.reduced_aliases_grads ? g : slice(s.reduced, s.reduce_dtype, U.offset, U.padded_numel);
+    p.handles.push_back(s.world.reduce_scatter_async(g.cview(), block.view(), op));
+    p.handles.push_back(s.world.all_gather_async(block.cview(), full.view()));
+  } else {
+    Slice out = slice(s.reduced, s.reduce_dtype, U.shard_offset, U.shard_numel);
+    p.handles.push_back(s.world.reduce_scatter_async(g.cview(), out.view(), op));
+    if (s.policy.shard_grads) p.unit_grads = std::move(s.grads_unit[u]);
+  }
+  p.active = true;
+  s.grads_fresh[u] = false;
+  ++s.reduce_count[u];
+  s.reduce_log.push_back(u);
+  if (!s.config.zero.overlap_comm) s.finish_reduce(u);
+}
+
+double Engine::loss_scale() const { return impl_->scaler ? impl_->scaler->scale() : 1.0; }
+
+comm::Accounting Engine::comm_accounting() const { return impl_->world.accounting(); }
+void Engine::reset_comm_accounting() { impl_->world.reset_accounting(); }
+
+MemoryReport Engine::memory() const {
+  const Impl& s = *impl_;
+  MemoryReport r;
+  r.ledger = s.ledger.snapshot(comm::Memory::host);
+  auto cur = [&](Category c) { return r.ledger[c].current; };
+  auto peak = [&](Category c) { return r.ledger[c].peak; };
+  r.params = cur(Category::params);
+  r.grads = cur(Category::grads);
+  r.master = cur(Category::master);
+  r.optimizer = cur(Category::optimizer_m) + cur(Category::optimizer_v);
+  r.buffers = peak(Category::grad_accum) + peak(Category::comm_buckets) +
+              peak(Category::gathered) + peak(Category::other);
+  r.peak_total = r.ledger.peak_total;
+  return r;
+}
+
+}  // namespace zero

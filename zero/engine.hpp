@@ -1,0 +1,144 @@
+// Engine: the ZeRO engine a trainer drives. One engine for every stage; the stage only selects a
+// row of the policy table in zero/stage_policy.hpp (what is sharded, which collective, when).
+//
+// A trainer registers its parameters grouped into units, then for each micro-batch:
+//   forward:  gather(u); read param(p) of u's params; release(u)            (u ascending)
+//   backward: gather(u); write grad(p) of u's params; release(u); reduce_grads(u)  (u descending)
+// and after gradient_accumulation_steps micro-batches, step(). gather/release are no-ops below
+// stage 3. Every rank must make the same calls in the same order; the engine checks that the
+// ranks agree and names the rank and the unit when they do not (docs/design.md, "Call order").
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "precision/bf16.hpp"
+#include "precision/fp16.hpp"
+#include "zero/config.hpp"
+#include "zero/error.hpp"
+#include "zero/layout.hpp"
+#include "zero/ledger.hpp"
+
+namespace zero {
+
+// A view of one parameter's (or gradient's) elements in the training dtype (bf16, fp16 or fp32).
+struct TensorView {
+  void* data = nullptr;
+  std::int64_t numel = 0;
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> shape;
+
+  template <class T>
+  std::span<T> as() const;  // throws zero::Error if T does not match dtype
+};
+
+// How gradients from ranks and micro-batches combine. mean: the gradient of the mean of every
+// rank's and micro-batch's loss (DeepSpeed and DDP semantics). sum: their plain sum.
+enum class GradReduction { mean, sum };
+
+struct EngineOptions {
+  GradReduction reduction = GradReduction::mean;  // see GradReduction
+  std::int64_t align_elements = 64;               // layout alignment (elements)
+  // Called with one line for every event a user should see in the log (skipped steps, loss
+  // scale changes). Rank 0 only unless log_all_ranks. Default: stderr.
+  std::function<void(const std::string&)> log;
+  bool log_all_ranks = false;
+};
+
+// What step() did.
+struct StepReport {
+  std::int64_t step = 0;          // optimizer steps applied so far (skipped ones not counted)
+  bool skipped = false;           // no update was applied
+  std::string skip_reason;        // why, when skipped
+  double grad_norm = 0;           // global L2 norm of the gradient, before clipping
+  double clip_coefficient = 1;    // the factor the gradient was multiplied by (1 = no clip)
+  double lr = 0;                  // learning rate used
+  double loss_scale = 1;          // loss scale in force for this step's gradients
+};
+
+// Per-rank memory in the categories of the ZeRO analysis (bytes).
+struct MemoryReport {
+  std::int64_t params = 0;     // 16-bit (or fp32) working parameters, persistent
+  std::int64_t grads = 0;      // gradients a stage keeps: full (0, 1) or the reduced shard (2, 3)
+  std::int64_t master = 0;     // fp32 master weights
+  std::int64_t optimizer = 0;  // Adam m and v
+  std::int64_t buffers = 0;    // everything else at its peak: accumulator, buckets, gathered units
+  std::int64_t peak_total = 0; // the most held at once, all categories
+  LedgerSnapshot ledger;       // every category, current and peak
+  std::int64_t model_states() const { return params + grads + master + optimizer; }
+};
+
+template <class T>
+std::span<T> TensorView::as() const {
+  if (comm::dtype_of<std::remove_const_t<T>>::value != dtype)
+    throw Error(cat("tensor holds ", name_of(dtype), ", not ",
+                    name_of(comm::dtype_of<std::remove_const_t<T>>::value)));
+  return {static_cast<T*>(data), static_cast<std::size_t>(numel)};
+}
+
+class Engine {
+ public:
+  // Computes the layout and allocates every buffer. `world` must outlive the engine. Throws
+  // zero::Error on a bad config (naming the key) or when the ranks disagree on the units.
+  Engine(const Config& config, comm::Communicator& world, std::vector<UnitSpec> units,
+         EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const Layout& layout() const;
+  const Config& config() const;
+  int stage() const;
+  int rank() const;
+  int ranks() const;
+
+  // Sets every parameter's initial value. fill(p, out) writes param p's numel fp32 values; every
+  // rank must produce the same values (each keeps its shard). Call once, before training.
+  void init_params(const std::function<void(int param, std::span<float> out)>& fill);
+
+  // Stage 3: all-gathers unit u (waiting for a prefetch if one is in flight) and prefetches the
+  // next unit in the direction of travel. A no-op below stage 3 and for persistent units.
+  void gather(int unit);
+  // Stage 3: gives unit u's gathered buffer back (persistent units stay gathered).
+  void release(int unit);
+  // Param p's current working value; its unit must be gathered (always true below stage 3).
+  TensorView param(int p) const;
+
+  // Param p's gradient buffer for this micro-batch, zeroed when its unit is first touched
+  // after a reduce; write (or add) the gradient of the loss here.
+  TensorView grad(int p);
+  // Starts the reduction of unit u's gradients for this micro-batch. With overlap_comm it
+  // returns at once and the reduce-scatter runs while the trainer computes the next unit.
+  void reduce_grads(int unit);
+
+  // Multiply the loss (or its gradient) by this before backward. 1 unless fp16.
+  double loss_scale() const;
+
+  // Waits for the reductions, then: overflow check, global-norm clipping, AdamW on each shard,
+  // cast, all-gather of the new parameters (stages 1 and 2). Logs and reports a skipped step.
+  StepReport step();
+
+  // The fp32 master weights of param p in full (a collective at stages 1-3: every rank calls it).
+  std::vector<float> gather_master(int p);
+  // FNV-1a 64 over the little-endian bytes of every fp32 master weight in registration order,
+  // padding excluded. A collective at stages 1-3.
+  std::uint64_t master_checksum();
+
+  MemoryReport memory() const;
+  // Communication of this rank since construction or the last reset.
+  comm::Accounting comm_accounting() const;
+  void reset_comm_accounting();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zero

@@ -1,0 +1,103 @@
+// The engine's private state, shared by engine.cpp (buffers, gather/release, reduction) and
+// engine_step.cpp (the optimizer step). Not part of the public API.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "precision/loss_scaler.hpp"
+#include "zero/engine.hpp"
+#include "zero/stage_policy.hpp"
+
+namespace zero {
+
+// Where a stage-3 unit's full parameters are. An explicit state, never inferred from pointers.
+enum class UnitState : std::uint8_t {
+  sharded,    // only this rank's shard exists
+  gathering,  // an all-gather is in flight (a prefetch)
+  gathered,   // the full unit is here
+};
+
+// One reduction in flight: what it writes and the buffers it reads, kept alive until it is done.
+struct PendingReduce {
+  std::vector<comm::Handle> handles;  // reduce-scatter (and all-gather at stage 0), FIFO
+  Allocation unit_grads;              // stages 2-3: the unit's gradient buffer being reduced
+  Allocation block;                   // stage 0: this rank's reduced block before the all-gather
+  bool active = false;
+};
+
+// A view of `count` elements of `dtype` at element offset `offset` of an allocation.
+struct Slice {
+  void* data = nullptr;
+  std::int64_t count = 0;
+  DType dtype = DType::f32;
+  comm::View view() const { return comm::View{data, static_cast<std::size_t>(count), dtype}; }
+  comm::ConstView cview() const { return view(); }
+};
+Slice slice(const Allocation& a, DType dtype, std::int64_t offset, std::int64_t count);
+
+// Bulk conversions between a buffer of the training dtype and fp32 (engine_step.cpp).
+void store_from_f32(const Slice& dst, const float* src);
+void load_to_f32(float* dst, const void* src, DType dtype, std::int64_t n);
+void accumulate_into(float* acc, const void* src, DType dtype, std::int64_t n);
+
+struct Engine::Impl {
+  Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec> units, EngineOptions o);
+
+  Config config;
+  comm::Communicator& world;
+  EngineOptions options;
+  StagePolicy policy;
+  Layout layout;
+  int rank = 0;
+  int ranks = 1;
+  DType work_dtype = DType::bf16;    // params and gradients as the trainer sees them
+  DType reduce_dtype = DType::f32;   // the reduced gradient (communication_data_type)
+  std::int64_t accumulation = 1;     // gradient_accumulation_steps
+  Ledger ledger;
+
+  // fp32 optimizer state: shards (stages 1-3) or full (stage 0), indexed like `master_offset`.
+  Allocation master, exp_avg, exp_avg_sq;
+  // Working params: full (stages 0-2), or the shard of every unit (stage 3) plus, per unit,
+  // the gathered buffer while gathered (persistent units: always).
+  Allocation params_full, params_shard;
+  std::vector<Allocation> gathered;
+  std::vector<UnitState> unit_state;
+  std::vector<comm::Handle> gather_handle;
+  int last_gathered = -1;
+  // Gradients: full working-dtype buffer (stages 0-1) or per-unit buffers in flight (2-3).
+  Allocation grads_full;
+  std::vector<Allocation> grads_unit;
+  std::vector<bool> grads_fresh;     // unit's gradient buffer was zeroed for this micro-batch
+  // Reduced gradient in reduce_dtype: full (stage 0) or this rank's shard (stages 1-3).
+  Allocation reduced;
+  bool reduced_aliases_grads = false;  // stage 0 with reduce dtype == work dtype: in place
+  // fp32 sum over micro-batches (gradient_accumulation_steps > 1), shaped like `reduced`.
+  Allocation accum;
+  std::vector<PendingReduce> pending;
+  std::vector<int> reduce_count;     // reductions of each unit since the last step
+  std::vector<int> reduce_log;       // the units passed to reduce_grads since the last step
+
+  std::optional<LossScaler> scaler;  // fp16 only
+  std::int64_t applied_steps = 0;
+  std::int64_t skipped_steps = 0;
+
+  // Element offset of unit u's optimizer-state region (shard or full).
+  std::int64_t state_offset(int u) const;
+  std::int64_t state_count(int u) const;
+  // Element offset in `reduced`/`accum` of unit u's region, and of this rank's shard within it.
+  std::int64_t reduced_offset(int u) const;
+  std::int64_t own_shard_offset(int u) const;  // in `reduced` coordinates
+
+  void check_unit(int u, const char* what) const;
+  void log(const std::string& line) const;
+  void finish_reduce(int u);         // waits for unit u's reduction and folds it
+  void issue_gather(int u);          // stage 3
+  Slice params_of_unit(int u) const; // full working params of a gathered/persistent unit
+  Slice grads_of_unit(int u);        // the unit's gradient buffer (allocated if needed)
+  void all_gather_params(int u, const Slice& shard_values);  // stages 1-2 and persistent units
+};
+
+}  // namespace zero

@@ -1,0 +1,251 @@
+// Engine::step(): wait for the reductions, agree across ranks on the call order and the global
+// gradient norm, then skip (overflow) or update: clip, AdamW on each shard, cast, all-gather.
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "kernels/cpu/adamw.hpp"
+#include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/norm.hpp"
+#include "precision/convert.hpp"
+#include "zero/engine_impl.hpp"
+#include "zero/schedule.hpp"
+
+namespace zero {
+
+namespace {
+
+std::int64_t bytes(std::int64_t count, DType t) {
+  return count * static_cast<std::int64_t>(size_of(t));
+}
+
+// What every rank tells every other rank before a step: its part of the squared norm and the
+// digest of the reduce_grads calls it made since the last step.
+struct RankSummary {
+  double squared_norm = 0;     // over this rank's shard of every unit, unit by unit
+  std::uint64_t order = 0;     // FNV-1a of the unit indices passed to reduce_grads, in order
+};
+
+}  // namespace
+
+void store_from_f32(const Slice& dst, const float* src) {
+  switch (dst.dtype) {
+    case DType::f32: std::memcpy(dst.data, src, static_cast<std::size_t>(bytes(dst.count, DType::f32))); break;
+    case DType::bf16: convert(std::span(src, dst.count), std::span(static_cast<bf16*>(dst.data), dst.count)); break;
+    case DType::f16: convert(std::span(src, dst.count), std::span(static_cast<fp16*>(dst.data), dst.count)); break;
+    default: throw Error(cat("cannot store fp32 values as ", name_of(dst.dtype)));
+  }
+}
+
+void load_to_f32(float* dst, const void* src, DType dtype, std::int64_t n) {
+  switch (dtype) {
+    case DType::f32: std::memcpy(dst, src, static_cast<std::size_t>(bytes(n, DType::f32))); break;
+    case DType::bf16: convert(std::span(static_cast<const bf16*>(src), n), std::span(dst, n)); break;
+    case DType::f16: convert(std::span(static_cast<const fp16*>(src), n), std::span(dst, n)); break;
+    default: throw Error(cat("cannot read ", name_of(dtype), " values as fp32"));
+  }
+}
+
+void accumulate_into(float* acc, const void* src, DType dtype, std::int64_t n) {
+  const auto k = static_cast<std::size_t>(n);
+  switch (dtype) {
+    case DType::f32: kernels::cpu::accumulate(std::span(acc, k), std::span(static_cast<const float*>(src), k)); break;
+    case DType::bf16: kernels::cpu::accumulate(std::span(acc, k), std::span(static_cast<const bf16*>(src), k)); break;
+    case DType::f16: kernels::cpu::accumulate(std::span(acc, k), std::span(static_cast<const fp16*>(src), k)); break;
+    default: throw Error(cat("cannot accumulate ", name_of(dtype), " gradients"));
+  }
+}
+
+StepReport Engine::step() {
+  Impl& s = *impl_;
+  const auto nu = static_cast<int>(s.layout.units.size());
+
+  // 1. Every reduction done; no stage-3 prefetch left in flight past the step.
+  for (int u = 0; u < nu; ++u) s.finish_reduce(u);
+  for (int u = 0; u < nu; ++u) {
+    if (s.policy.shard_params && s.unit_state[u] != UnitState::sharded &&
+        !s.layout.units[u].persistent) {
+      if (s.gather_handle[u].valid()) s.gather_handle[u].wait();
+      s.gathered[u].reset();
+      s.unit_state[u] = UnitState::sharded;
+    }
+  }
+  s.last_gathered = -1;
+
+  // 2. The fp32 gradient of each unit's optimizer region, and this rank's part of the norm,
+  //    computed over its own shard of each unit in unit order (the same elements and the same
+  //    order on every stage, so the norm is bitwise the same on every stage).
+  std::vector<Allocation> g32(static_cast<std::size_t>(nu));
+  std::vector<const float*> grad_of(static_cast<std::size_t>(nu));
+  RankSummary mine;
+  for (int u = 0; u < nu; ++u) {
+    const auto& U = s.layout.units[u];
+    const std::int64_t off = s.reduced_offset(u), n = s.state_count(u);
+    if (s.accumulation > 1) {
+      grad_of[u] = s.accum.as<float>().data() + off;
+    } else {
+      g32[u] = s.ledger.allocate(Category::grad_accum, bytes(n, DType::f32));
+      const void* src = s.reduced_aliases_grads
+                            ? slice(s.grads_full, s.work_dtype, off, n).data
+                            : slice(s.reduced, s.reduce_dtype, off, n).data;
+      load_to_f32(g32[u].as<float>().data(), src, s.reduced_aliases_grads ? s.work_dtype : s.reduce_dtype, n);
+      grad_of[u] = g32[u].as<float>().data();
+    }
+    const float* own = grad_of[u] + (s.policy.gather_grads ? U.shard_range(s.rank).begin : 0);
+    mine.squared_norm += kernels::cpu::squared_norm(std::span(own, U.shard_numel));
+  }
+  mine.order = 1469598103934665603ull;
+  for (int u : s.reduce_log)
+    for (int i = 0; i < 4; ++i) mine.order = (mine.order ^ ((u >> (8 * i)) & 0xff)) * 1099511628211ull;
+
+  std::vector<RankSummary> all(static_cast<std::size_t>(s.ranks));
+  s.world.all_gather(comm::ConstView{&mine, 2, DType::i64},
+                     comm::View{all.data(), all.size() * 2, DType::i64});
+
+  // 3. The ranks must have reduced the same units in the same order. On a mismatch every rank
+  //    sees it (the digests are on every rank), so all of them take part in naming the unit.
+  bool same_order = true;
+  for (const auto& a : all) same_order &= a.order == all[0].order;
+  if (!same_order) {
+    std::vector<std::int32_t> counts(static_cast<std::size_t>(nu) * s.ranks);
+    s.world.all_gather(comm::ConstView{s.reduce_count.data(), static_cast<std::size_t>(nu), DType::i32},
+                       comm::View{counts.data(), counts.size(), DType::i32});
+    std::ostringstream m;
+    m << "ranks called reduce_grads differently since the last step";
+    bool named = false;
+    for (int u = 0; u < nu && !named; ++u)
+      for (int r = 1; r < s.ranks && !named; ++r)
+        if (counts[r * nu + u] != counts[u]) {
+          m << ": unit " << u << " ('" << s.layout.units[u].name << "') was reduced "
+            << counts[u] << " times on rank 0 but " << counts[r * nu + u] << " times on rank " << r;
+          named = true;
+        }
+    if (!named) m << ": the same units, in a different order";
+    m << ". Every rank must reduce every unit, in the same order.";
+    throw Error(m.str(), {.rank = s.rank});
+  }
+  for (int u = 0; u < nu; ++u)
+    if (s.reduce_count[u] != s.accumulation)
+      throw Error(cat("reduced ", s.reduce_count[u], " times since the last step, expected ",
+                      s.accumulation, " (gradient_accumulation_steps) before step()"),
+                  {.rank = s.rank, .unit = u});
+
+  StepReport rep;
+  double squared = 0;
+  for (const auto& a : all) squared += a.squared_norm;  // rank order, on every rank
+  const bool finite = std::isfinite(squared);
+  rep.loss_scale = s.scaler ? s.scaler->scale() : 1.0;
+  const double inv_scale = 1.0 / rep.loss_scale;
+  const double mean = s.options.reduction == GradReduction::mean
+                          ? 1.0 / (static_cast<double>(s.ranks) * static_cast<double>(s.accumulation))
+                          : 1.0;
+  rep.grad_norm = finite ? std::sqrt(squared) * inv_scale * mean : squared;
+
+  auto end_step = [&] {
+    for (int u = 0; u < nu; ++u) s.reduce_count[u] = 0;
+    s.reduce_log.clear();
+    if (!s.accum.empty()) std::memset(s.accum.data(), 0, s.accum.bytes());
+  };
+
+  // 4. Overflow: skip, and say so (DeepSpeed's rules for fp16; any precision skips a NaN/inf).
+  if (s.scaler) {
+    StepDecision d = s.scaler->update(!finite);
+    if (d.skip) {
+      rep.skipped = true;
+      rep.skip_reason = d.reason;
+    }
+  } else if (!finite) {
+    rep.skipped = true;
+    rep.skip_reason = "non-finite gradient (norm " + std::to_string(squared) + "): step skipped";
+  }
+  if (rep.skipped) {
+    ++s.skipped_steps;
+    rep.step = s.applied_steps;
+    s.log(cat("step ", s.applied_steps + s.skipped_steps, ": skipped: ", rep.skip_reason));
+    end_step();
+    return rep;
+  }
+
+  // 5. Clip by the global norm (DeepSpeed: coefficient = max_norm / (norm + 1e-6) when below 1).
+  if (s.config.gradient_clipping > 0) {
+    const double c = s.config.gradient_clipping / (rep.grad_norm + 1e-6);
+    if (c < 1) rep.clip_coefficient = c;
+  }
+  rep.lr = lr_at(s.config.scheduler, s.config.optimizer.lr, s.applied_steps);
+  kernels::AdamHyper h;
+  h.beta1 = s.config.optimizer.beta1;
+  h.beta2 = s.config.optimizer.beta2;
+  h.eps = s.config.optimizer.eps;
+  h.weight_decay = s.config.optimizer.weight_decay;
+  h.mode = s.config.optimizer.type == OptimizerType::adamw ? kernels::AdamMode::adamw
+                                                           : kernels::AdamMode::adam_l2;
+  const auto grad_scale = static_cast<float>(inv_scale * mean * rep.clip_coefficient);
+  const kernels::AdamStep st = kernels::make_adam_step(h, rep.lr, s.applied_steps + 1, grad_scale);
+
+  // 6. AdamW on each unit's region; the new working params go straight where they live
+  //    (stage 0: the full buffer; stage 3: the shard) or through an all-gather (stages 1-2).
+  float* master = s.master.as<float>().data();
+  // The fused update, writing the new working params in the training dtype in the same pass.
+  auto update = [&](std::int64_t off, std::int64_t n, std::span<const float> g, const Slice& out) {
+    std::span<float> p(master + off, n), mm(s.exp_avg.as<float>().data() + off, n),
+        vv(s.exp_avg_sq.as<float>().data() + off, n);
+    switch (out.dtype) {
+      case DType::bf16: kernels::cpu::adamw_step(p, mm, vv, g, st, std::span(static_cast<bf16*>(out.data), n)); break;
+      case DType::f16: kernels::cpu::adamw_step(p, mm, vv, g, st, std::span(static_cast<fp16*>(out.data), n)); break;
+      default:
+        kernels::cpu::adamw_step(p, mm, vv, g, st);
+        std::memcpy(out.data, p.data(), static_cast<std::size_t>(bytes(n, DType::f32)));
+    }
+  };
+  for (int u = 0; u < nu; ++u) {
+    const auto& U = s.layout.units[u];
+    const std::int64_t off = s.state_offset(u), n = s.state_count(u);
+    std::span<const float> g(grad_of[u], n);
+    if (!s.policy.shard_optimizer) {
+      Slice out = slice(s.params_full, s.work_dtype, U.offset, U.padded_numel);
+      update(off, n, g, out);
+    } else if (s.policy.shard_params && !U.persistent) {
+      Slice out = slice(s.params_shard, s.work_dtype, U.shard_offset, U.shard_numel);
+      update(off, n, g, out);
+    } else {
+      Allocation tmp = s.ledger.allocate(Category::comm_buckets, bytes(n, s.work_dtype));
+      Slice out = slice(tmp, s.work_dtype, 0, n);
+      update(off, n, g, out);
+      s.all_gather_params(u, out);
+    }
+    g32[u].reset();
+  }
+  ++s.applied_steps;
+  rep.step = s.applied_steps;
+  end_step();
+  return rep;
+}
+
+std::vector<float> Engine::gather_master(int p) {
+  Impl& s = *impl_;
+  if (p < 0 || p >= static_cast<int>(s.layout.params.size()))
+    throw Error(cat("gather_master(", p, "): no such parameter"), {.rank = s.rank});
+  const ParamLayout& pl = s.layout.params[p];
+  const auto& U = s.layout.units[pl.unit];
+  const float* master = s.master.as<float>().data();
+  if (!s.policy.shard_optimizer)
+    return {master + pl.global_offset, master + pl.global_offset + pl.numel};
+  std::vector<float> unit(static_cast<std::size_t>(U.padded_numel));
+  s.world.all_gather(comm::ConstView{master + U.shard_offset, static_cast<std::size_t>(U.shard_numel), DType::f32},
+                     comm::View{unit.data(), unit.size(), DType::f32});
+  return {unit.begin() + pl.offset, unit.begin() + pl.offset + pl.numel};
+}
+
+std::uint64_t Engine::master_checksum() {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a 64 offset basis
+  for (int p = 0; p < static_cast<int>(impl_->layout.params.size()); ++p) {
+    for (float x : gather_master(p)) {
+      std::uint32_t b;
+      std::memcpy(&b, &x, 4);
+      for (int i = 0; i < 4; ++i) h = (h ^ ((b >> (8 * i)) & 0xffu)) * 1099511628211ull;
+    }
+  }
+  return h;
+}
+
+}  // namespace zero

@@ -1,0 +1,106 @@
+// Layout: where every parameter lives in the flat buffers, each rank's shard and the bucket plan,
+// computed as plain values before any memory exists (no communicator, no device needed).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zero {
+
+// One registered parameter, as the trainer declares it.
+struct ParamSpec {
+  std::string name;                 // unique across the whole model: the checkpoint key
+  std::vector<std::int64_t> shape;  // every dimension > 0; an empty shape is a scalar (numel 1)
+};
+
+// A unit: the parameters that are gathered, released and reduced together (a layer, or a group).
+struct UnitSpec {
+  std::string name;               // a label for reports and error messages
+  std::vector<ParamSpec> params;  // at least one; their order is their order in the flat buffer
+};
+
+struct LayoutOptions {
+  int shard_ranks = 1;                     // N: ranks that share the shards of every unit
+  std::int64_t align_elements = 64;        // every param start and shard size is a multiple
+  std::int64_t persistence_threshold = 0;  // units with fewer unpadded elements stay gathered
+  std::int64_t bucket_elements =
+      500'000'000;  // reduce bucket limit, padded elements (DeepSpeed's default)
+};
+
+// A half-open range [begin, end) of elements.
+struct Range {
+  std::int64_t begin = 0;  // first element
+  std::int64_t end = 0;    // one past the last element
+  std::int64_t size() const { return end - begin; }
+  bool operator==(const Range&) const = default;
+};
+
+struct ParamLayout {
+  std::string name;                 // from ParamSpec
+  std::vector<std::int64_t> shape;  // from ParamSpec
+  int unit = 0;                     // index of the owning unit in Layout::units
+  std::int64_t numel = 0;           // product of shape
+  std::int64_t offset = 0;          // start in the unit's flat buffer; a multiple of align_elements
+  std::int64_t global_offset = 0;   // start in the global flat buffer: unit offset + offset
+};
+
+// The part of one parameter that falls inside one rank's shard of a unit.
+struct ShardPiece {
+  int param = 0;                  // index in Layout::params
+  std::int64_t param_offset = 0;  // first element of the piece within the parameter (row-major)
+  std::int64_t shard_offset = 0;  // where it sits within the rank's shard of the unit
+  std::int64_t count = 0;         // elements in the piece
+  bool operator==(const ShardPiece&) const = default;
+};
+
+struct UnitLayout {
+  std::string name;               // from UnitSpec
+  int first_param = 0;            // the unit's params are Layout::params[first_param, +param_count)
+  int param_count = 0;            // number of params in the unit
+  std::int64_t offset = 0;        // start in the global flat buffer; a multiple of N * align
+  std::int64_t shard_offset = 0;  // start of this unit's shard in each rank's flat shard buffer
+  std::int64_t numel = 0;         // unpadded: the sum of its params' numel
+  std::int64_t padded_numel = 0;  // with alignment gaps and tail padding; divisible by N * align
+  std::int64_t shard_numel = 0;   // padded_numel / N, a multiple of align_elements
+  bool persistent = false;        // numel < persistence_threshold: stage 3 keeps it gathered
+  int bucket = 0;                 // index in Layout::buckets of the bucket that reduces it
+
+  // Rank r's slice of the unit, in unit coordinates: [r * shard_numel, (r + 1) * shard_numel).
+  Range shard_range(int rank) const;
+};
+
+// A gradient-reduction bucket: consecutive units, in backward order (highest index first).
+struct Bucket {
+  std::vector<int> units;         // unit indices, descending
+  std::int64_t padded_numel = 0;  // sum of the units' padded_numel
+};
+
+struct Layout {
+  LayoutOptions options;            // what the layout was computed with
+  std::vector<ParamLayout> params;  // every param, unit by unit, in registration order
+  std::vector<UnitLayout> units;    // in registration (forward) order
+  std::vector<Bucket> buckets;      // in backward order: buckets[0] holds the last unit
+  std::int64_t numel = 0;           // Ψ: unpadded parameter count of the model
+  std::int64_t padded_numel = 0;    // size of the global flat buffer (sum of units' padded_numel)
+  std::int64_t shard_numel = 0;     // each rank's flat shard buffer: padded_numel / N
+
+  int shard_ranks() const { return options.shard_ranks; }
+  // The params of `unit` (all of them, or only the parts) that lie in `rank`'s shard, in order.
+  std::vector<ShardPiece> shard_pieces(int unit, int rank) const;
+  // Index in `params` of the param called `name`, if any.
+  std::optional<int> param_index(std::string_view name) const;
+};
+
+// Computes the layout. Padding rule: each param starts at the next multiple of align_elements
+// (A) after the previous one ends, and a unit's padded size is the end of its last param rounded
+// up to a multiple of N * A, so each of its N shards is a multiple of A and starts A-aligned.
+// Throws zero::Error naming the unit, param or option on invalid input.
+Layout make_layout(const std::vector<UnitSpec>& units, const LayoutOptions& options);
+
+// A table of units, params, shards and buckets, for logs and debugging.
+std::string describe(const Layout& layout);
+
+}  // namespace zero

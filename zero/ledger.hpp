@@ -1,0 +1,165 @@
+// Ledger: every buffer the engine owns is allocated through it, tagged with a category, so that the
+// memory report counts every byte (current and peak, per category and in total, host and device).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "comm/communicator.hpp"
+
+namespace zero {
+
+// What a buffer holds. The report lists one row per category, in this order.
+enum class Category : std::uint8_t {
+  params,        // 16-bit working params (full, or the shard on stage 3)
+  grads,         // 16-bit full grads (fp32 in fp32 mode)
+  master,        // fp32 master params
+  optimizer_m,   // Adam first moment
+  optimizer_v,   // Adam second moment
+  grad_accum,    // fp32 gradient accumulator / reduced grad shard
+  comm_buckets,  // reduce buckets and communicator staging
+  gathered,      // stage-3 units gathered and in flight
+  other,         // anything else
+};
+inline constexpr std::size_t kCategoryCount = 9;
+std::string_view name_of(Category c);
+
+// A memory backend. Host: aligned, zeroed heap memory. A CUDA backend (cudaMalloc + cudaMemset)
+// plugs in here with where() == comm::Memory::device and needs nothing else changed.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns `bytes` (> 0) zero-initialised bytes aligned to at least 64 bytes; throws
+  // std::bad_alloc when out of memory (the ledger turns it into a zero::Error with the category).
+  virtual void* allocate(std::size_t bytes) = 0;
+  // Frees what allocate(bytes) returned, with the same `bytes`.
+  virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
+  virtual comm::Memory where() const = 0;
+};
+
+// Host heap memory: std::aligned_alloc to 64 bytes (a cache line, and a full AVX-512 vector).
+class HostAllocator final : public Allocator {
+ public:
+  static constexpr std::size_t kAlignment = 64;
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* p, std::size_t bytes) noexcept override;
+  comm::Memory where() const override { return comm::Memory::host; }
+};
+
+// Bytes of one category in one memory space.
+struct CategoryBytes {
+  std::int64_t current = 0;  // held now
+  std::int64_t peak = 0;     // the most ever held at once (since construction or reset_peaks)
+};
+
+// The state of one memory space (host or device) at one moment. Plain values: safe to keep.
+struct LedgerSnapshot {
+  comm::Memory memory = comm::Memory::host;              // which space this describes
+  std::array<CategoryBytes, kCategoryCount> categories;  // indexed by Category
+  std::int64_t current_total = 0;     // sum of the current bytes of every category
+  std::int64_t peak_total = 0;        // the max over time of that sum (not the sum of the peaks)
+  std::int64_t live_allocations = 0;  // Allocation objects alive (external records not counted)
+
+  const CategoryBytes& operator[](Category c) const { return categories[static_cast<int>(c)]; }
+};
+
+class Ledger;
+
+// An owned buffer (move-only). Destruction frees it and updates the ledger. The ledger must
+// outlive it. Device memory is returned the same way; its pointers are only valid on the device.
+class Allocation {
+ public:
+  Allocation() = default;
+  Allocation(Allocation&& o) noexcept;
+  Allocation& operator=(Allocation&& o) noexcept;
+  Allocation(const Allocation&) = delete;
+  Allocation& operator=(const Allocation&) = delete;
+  ~Allocation() { reset(); }
+
+  // Frees the buffer now; the Allocation becomes empty.
+  void reset() noexcept;
+
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+  Category category() const { return category_; }
+  comm::Memory where() const { return where_; }
+  bool empty() const { return data_ == nullptr; }
+
+  // The buffer as bytes() / sizeof(T) elements of T. Throws if bytes() is not a multiple of it.
+  template <class T>
+  std::span<T> as() const {
+    check_element_size(sizeof(T), alignof(T));
+    return {static_cast<T*>(data_), bytes_ / sizeof(T)};
+  }
+
+ private:
+  friend class Ledger;
+  Allocation(Ledger* ledger, Allocator* allocator, void* data, std::size_t bytes, Category c);
+  void check_element_size(std::size_t size, std::size_t align) const;
+
+  Ledger* ledger_ = nullptr;
+  Allocator* allocator_ = nullptr;  // the backend that must free data_
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  Category category_ = Category::other;
+  comm::Memory where_ = comm::Memory::host;
+};
+
+// One per process (one per rank). Thread-safe with a mutex: allocations are few and large
+// (setup, and stage-3 gathers a few per step), so the lock costs nothing measurable, and the
+// communication thread may record or free its staging scratch while the compute thread allocates.
+class Ledger {
+ public:
+  // `host` defaults to HostAllocator (a pinned-memory backend may replace it); `device` is
+  // optional. Each allocator's where() must match its slot.
+  explicit Ledger(std::unique_ptr<Allocator> host = nullptr,
+                  std::unique_ptr<Allocator> device = nullptr);
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+  // Aborts if an Allocation is still alive: it would free into a dead ledger later.
+  ~Ledger();
+
+  // A zeroed, 64-byte-aligned buffer of `bytes` in `memory`, counted under `category`.
+  // bytes == 0 gives an empty Allocation and counts nothing. Throws zero::Error when no allocator
+  // serves `memory` or the backend is out of memory (naming the category and the bytes held).
+  Allocation allocate(Category category, std::size_t bytes,
+                      comm::Memory memory = comm::Memory::host);
+
+  // Memory held by someone else (the communicator's staging scratch, a library workspace) that
+  // the report must include: delta > 0 when it is taken, < 0 when given back. Throws zero::Error
+  // if the external bytes of the category would go negative.
+  void record_external(Category category, std::int64_t delta,
+                       comm::Memory memory = comm::Memory::host);
+
+  LedgerSnapshot snapshot(comm::Memory memory = comm::Memory::host) const;
+
+  // Sets every peak to its current value, to measure the peak of a phase (one step, say).
+  void reset_peaks();
+
+  bool has(comm::Memory memory) const { return allocators_[index(memory)] != nullptr; }
+
+ private:
+  friend class Allocation;
+  struct Space {
+    LedgerSnapshot stats;
+    std::array<std::int64_t, kCategoryCount> external{};  // external bytes, to catch underflow
+  };
+  static int index(comm::Memory m) { return static_cast<int>(m); }
+  void add(Space& s, Category c, std::int64_t delta);  // caller holds mutex_
+  void release(Allocation& a) noexcept;
+
+  std::array<std::unique_ptr<Allocator>, 2> allocators_;  // indexed by Memory
+  mutable std::mutex mutex_;
+  std::array<Space, 2> spaces_;  // indexed by Memory
+};
+
+// A table of one snapshot (one row per category, then the totals), for the memory report.
+std::string describe(const LedgerSnapshot& snapshot);
+
+}  // namespace zero
