@@ -21,7 +21,7 @@ inline std::uint16_t float_to_bf16(float f) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   // NaN stays NaN (quiet bit set); otherwise add half an ulp, plus one when the kept lsb is odd.
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
-  return static_cast<std::uint16_t>(u >> 16);
+  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 inline float fp16_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;

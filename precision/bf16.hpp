@@ -43,7 +43,7 @@ ZERO_HD bool float_bits_nan(std::uint32_t u) { return (u & 0x7fffffffu) > 0x7f80
 ZERO_HD bf16 to_bf16(float x) {
   const std::uint32_t u = bits_of(x);
   if (detail::float_bits_nan(u)) return bf16{detail::bf16_nan_of(u)};
-  const std::uint32_t r = u + 0x8000u;
+  const std::uint32_t r = u + 0x7fffu + ((u >> 16) & 1u);
   return bf16{static_cast<std::uint16_t>(r >> 16)};
 }
 

@@ -203,7 +203,7 @@ void Engine::Impl::finish_reduce(int u) {
   } catch (const Error& e) {
     // The communicator names the collective; the engine knows which unit it was for.
     throw Error(cat(e.what(), " [while reducing the gradients of unit ", u, " '",
-                    layout.units[u].name, "']"), {.rank = rank});
+                    layout.units[u].name, "']"));
   }
   p.handles.clear();
   p.unit_grads.reset();
