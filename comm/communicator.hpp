@@ -1,6 +1,6 @@
 // Communicator: the collectives zero needs, behind one small interface with an MPI backend
 // (host memory) and an NCCL backend (device memory). It moves typed bytes; it knows nothing of
-// what they mean. See docs/design.md, "Collectives" for the summation order it guarantees.
+// what they mean. The summation order it guarantees is stated at reduce_scatter_async below.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +32,7 @@ struct Options {
   // MPI backend: bytes per peer per pipeline step of the reduce-scatter (and per broadcast step).
   // Bounds the staging memory and sets the granularity at which reduction overlaps transfer.
   std::size_t chunk_bytes = std::size_t{1} << 20;
-  // MPI backend: how many chunks per peer are in flight ahead of the one being reduced.
+  // MPI backend: staging slots per peer; while one chunk is reduced, depth - 1 more are arriving.
   int pipeline_depth = 2;
 };
 
@@ -62,7 +62,7 @@ struct ConstView {
   std::size_t bytes() const { return count * size_of(dtype); }
 };
 
-// Element type to DType, for the span conveniences below. precision/ specialises it for bf16/fp16.
+// Element type to DType, for the span conveniences below.
 template <class T>
 struct dtype_of;
 template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };

@@ -65,9 +65,11 @@ void wait(Request& r, double timeout_s, std::string_view what, int peer) {
       throw TimeoutError(peer < 0 ? cat("timed out after ", timeout_s, " s waiting for ", what)
                                   : cat("timed out after ", timeout_s, " s waiting for ", what,
                                         " rank ", peer));
-    // Yield while a transfer is probably moments away; once the wait is long (a slow or absent
-    // peer, or more ranks than cores), sleep so that the peers get the core.
-    if (waited < 2e-3)
+    // Yield while the transfer may still be streaming: shared-memory MPI moves a large message
+    // only while both sides poll, so sleeping would cap its bandwidth (a 50 us nap per 32 KiB
+    // fragment is 0.6 GB/s). Only a wait this long (an absent or stalled peer) sleeps, so that
+    // the ranks it waits for get the core.
+    if (waited < 50e-3)
       std::this_thread::yield();
     else
       std::this_thread::sleep_for(std::chrono::microseconds(50));

@@ -2,54 +2,23 @@
 // accumulator, combined in rank order, finished (avg) and stored back, one chunk at a time.
 #pragma once
 
-#include <bit>
-#include <cstdlib>
 #include <cstddef>
+#include <cstdlib>
 #include <cstdint>
 #include <type_traits>
 
 #include "comm/communicator.hpp"
+#include "precision/bf16.hpp"
+#include "precision/fp16.hpp"
 
 namespace zero::comm::detail {
 
-// 16-bit float conversions with round-to-nearest-even. Private to comm/ until precision/ offers
-// zero::to_float / to_bf16 / to_fp16; then these forward to it.
-inline float bf16_to_float(std::uint16_t b) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
-}
-inline std::uint16_t float_to_bf16(float f) {
-  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  // NaN stays NaN (quiet bit set); otherwise add half an ulp, plus one when the kept lsb is odd.
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
-  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-inline float fp16_to_float(std::uint16_t h) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1fu;
-  const std::uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {  // zero or subnormal: mant * 2^-24, exact in fp32
-    const float v = static_cast<float>(mant) * 0x1p-24f;
-    return sign ? -v : v;
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
-  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
-}
-inline std::uint16_t float_to_fp16(float f) {
-  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  const std::uint16_t sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
-  const std::uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-  if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65520: inf
-  if (a < 0x38800000u) {
-    // Below the smallest normal (2^-14): the subnormal's integer mantissa is |f| * 2^24, rounded
-    // to nearest even by the add/subtract of 2^23 (exact scaling; no FMA with -ffp-contract=off).
-    const float v = std::bit_cast<float>(a) * 0x1p24f;
-    const float r = (v + 0x1p23f) - 0x1p23f;
-    return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>(r));
-  }
-  const std::uint32_t b = a - (112u << 23);  // rebias the exponent 127 -> 15
-  return static_cast<std::uint16_t>(sign | ((b + 0xfffu + ((b >> 13) & 1u)) >> 13));
-}
+// The 16-bit conversions are precision/'s (round-to-nearest-even, the same functions the GPU
+// kernels call); these adapters take and return the raw bit patterns that buffers hold.
+inline float bf16_to_float(std::uint16_t b) { return to_float(bf16{b}); }
+inline std::uint16_t float_to_bf16(float f) { return to_bf16(f).bits; }
+inline float fp16_to_float(std::uint16_t h) { return to_float(fp16{h}); }
+inline std::uint16_t float_to_fp16(float f) { return to_fp16(f).bits; }
 
 // Element type D: its storage T and the accumulator Acc its sums run in (fp32 for the 16-bit
 // floats and fp32, fp64 for fp64, the type itself for integers).

@@ -55,7 +55,7 @@ ZERO_HD fp16 to_fp16(float x) {
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   const std::uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return fp16{detail::fp16_nan_of(u)};
-  if (a > 0x477ff000u) return fp16{static_cast<std::uint16_t>(sign | 0x7c00u)};  // 65520, inf
+  if (a >= 0x477ff000u) return fp16{static_cast<std::uint16_t>(sign | 0x7c00u)};  // 65520, inf
   if (a >= 0x38800000u) {  // 2^-14: normal. Rebias the exponent, then round off 13 bits.
     const std::uint32_t r = a - 0x38000000u;
     return fp16{static_cast<std::uint16_t>(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13))};

@@ -14,13 +14,20 @@ namespace {
 
 constexpr std::size_t kHalf = kNormBlock / 2;
 
+// One level of the step-2 tree, h known at compile time so each loop is a fixed-length run of
+// packed double adds with no alias checks or remainder tests.
+template <std::size_t H>
+ZERO_LOOP inline void halve(double* __restrict a) {
+  for (std::size_t i = 0; i < H; ++i) a[i] = a[i] + a[i + H];
+  if constexpr (H > 1) halve<H / 2>(a);
+}
+
 // Step 2 of the order: one full block of 1024 floats. The first tree level (h = 512) is fused
 // with the leaves; every later level is a unit-stride loop the vectoriser turns into packed
 // double adds, which are the same adds in the same pairs.
 ZERO_LOOP inline double block_sum(const float* __restrict x, double* __restrict a) {
   for (std::size_t i = 0; i < kHalf; ++i) a[i] = norm_leaf(x[i]) + norm_leaf(x[i + kHalf]);
-  for (std::size_t h = kHalf / 2; h >= 1; h /= 2)
-    for (std::size_t i = 0; i < h; ++i) a[i] = a[i] + a[i + h];
+  halve<kHalf / 2>(a);
   return a[0];
 }
 

@@ -141,16 +141,23 @@ void DeviceBuffer::check_range(const char* what, std::size_t bytes, std::size_t 
                     " exceed the buffer's ", bytes_, " bytes"));
 }
 
+// cudaMemcpy alone is not enough here: from pageable memory it may return before the DMA has
+// landed, and it is ordered only with the legacy default stream, not with our non-blocking
+// streams. Copying on the legacy stream and waiting for it makes "synchronous" mean "done".
 void DeviceBuffer::upload(const void* host, std::size_t bytes, std::size_t offset) {
   check_range("upload", bytes, offset);
   if (bytes == 0) return;
-  ZERO_CUDA_CHECK(cudaMemcpy(static_cast<char*>(ptr_) + offset, host, bytes, cudaMemcpyHostToDevice));
+  ZERO_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(ptr_) + offset, host, bytes,
+                                  cudaMemcpyHostToDevice, cudaStreamLegacy));
+  ZERO_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 void DeviceBuffer::download(void* host, std::size_t bytes, std::size_t offset) const {
   check_range("download", bytes, offset);
   if (bytes == 0) return;
-  ZERO_CUDA_CHECK(cudaMemcpy(host, static_cast<const char*>(ptr_) + offset, bytes, cudaMemcpyDeviceToHost));
+  ZERO_CUDA_CHECK(cudaMemcpyAsync(host, static_cast<const char*>(ptr_) + offset, bytes,
+                                  cudaMemcpyDeviceToHost, cudaStreamLegacy));
+  ZERO_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 void DeviceBuffer::upload_async(const void* host, std::size_t bytes, StreamRef stream,

@@ -95,7 +95,9 @@ class DeviceBuffer {
   }
   std::size_t bytes() const { return bytes_; }
 
-  // Copies with the host; the synchronous forms return when the copy is complete.
+  // Copies with the host. The synchronous forms return when the copy is complete; they are
+  // ordered after earlier work on the legacy default stream only, so work queued on a Stream
+  // that touches this buffer must be synchronised first (or use the _async forms on it).
   void upload(const void* host, std::size_t bytes, std::size_t offset = 0);
   void download(void* host, std::size_t bytes, std::size_t offset = 0) const;
   void upload_async(const void* host, std::size_t bytes, StreamRef stream,

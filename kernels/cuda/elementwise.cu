@@ -63,15 +63,18 @@ struct UnscaleOp {
   float scale;
   int* flag;
   __device__ bool scalar(std::size_t i) const {
-    bool bad = false;
-    x[i] = unscale_element(x[i], scale, bad);
-    return bad;
+    const float y = unscale_element(x[i], scale);
+    x[i] = y;
+    return !is_finite(y);
   }
   __device__ bool vector(std::size_t i) const {
     Pack<float, kNarrow> a = load_pack<float, kNarrow>(x + i);
     bool bad = false;
 #pragma unroll
-    for (int k = 0; k < kNarrow; ++k) a.v[k] = unscale_element(a.v[k], scale, bad);
+    for (int k = 0; k < kNarrow; ++k) {
+      a.v[k] = unscale_element(a.v[k], scale);
+      bad |= !is_finite(a.v[k]);
+    }
     store_pack(x + i, a);
     return bad;
   }
@@ -126,6 +129,7 @@ void accumulate_impl(std::span<float> acc, std::span<const T> g, StreamRef strea
 
 template <class T>
 void check_finite_impl(std::span<const T> x, int* flag, StreamRef stream) {
+  if (flag == nullptr) throw Error("cuda::check_finite: the flag pointer is null");
   detail::launch_elementwise<kWide>("check_finite kernel", x.size(), {{x.data(), sizeof(T)}},
                                     FiniteOp<T>{x.data(), flag}, stream);
 }
