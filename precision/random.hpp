@@ -40,7 +40,7 @@ ZERO_HD Philox4x32Counter philox4x32_10(Philox4x32Counter ctr, std::uint32_t k0,
     const std::uint32_t lo1 = detail::mulhilo(detail::philox_m1, ctr.v[2], hi1);
     ctr = Philox4x32Counter{{hi1 ^ ctr.v[1] ^ k0, lo1, hi0 ^ ctr.v[3] ^ k1, lo0}};
     k0 += detail::philox_w0;
-    k1 += detail::philox_w0;
+    k1 += detail::philox_w1;
   }
   return ctr;
 }
