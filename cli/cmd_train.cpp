@@ -62,7 +62,7 @@ int cmd_train(const Args& argv) {
       ("steps", po::value(&steps)->default_value(20), "optimizer steps")
       ("seed", po::value(&seed)->default_value(1), "seed of weights, teacher and data")
       ("layers", po::value(&shape.layers)->default_value(4), "MLP layers (one unit each)")
-      ("width", po::value(&shape.width)->default_value(256), "MLP width")
+      ("width", po::value(&shape.width)->default_value(512), "MLP width")
       ("global-batch", po::value(&global_batch)->default_value(64),
        "samples per step over all ranks (split evenly; independent of the rank count)")
       ("accum", po::value(&accum), "micro-batches per step (gradient_accumulation_steps)")
@@ -90,7 +90,7 @@ int cmd_train(const Args& argv) {
 
   Config config;
   config.precision = Precision::bf16;
-  config.optimizer.lr = 1e-2;
+  config.optimizer.lr = 3e-3;
   config.gradient_clipping = 1.0;
   if (!config_file.empty()) config = load_config(config_file);
   if (vm.count("stage")) config.zero.stage = stage;
