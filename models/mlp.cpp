@@ -1,7 +1,6 @@
 // The reference MLP: data, teacher, forward and backward on OpenBLAS, driven through the engine.
 #include "models/mlp.hpp"
 
-#include <cblas.h>
 
 #include <cmath>
 #include <cstring>
@@ -105,8 +104,7 @@ double MlpTrainer::micro_batch(Engine& engine, std::int64_t first) {
     engine.release(l);
     float* out = acts_[l + 1].data();
     for (int i = 0; i < B; ++i) std::memcpy(out + i * W, bias.data(), sizeof(float) * W);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, W, W, 1.0f, acts_[l].data(), W,
-                w_.data(), W, 1.0f, out, W);
+    kernels::cpu::gemm(false, true, B, W, W, 1.0f, acts_[l].data(), W, w_.data(), W, 1.0f, out, W);
     if (l + 1 < L)
       for (int i = 0; i < B * W; ++i) out[i] = std::tanh(out[i]);
   }
@@ -126,14 +124,14 @@ double MlpTrainer::micro_batch(Engine& engine, std::int64_t first) {
   for (int l = L - 1; l >= 0; --l) {
     engine.gather(l);
     to_f32(engine.param(2 * l), w_.data());
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, W, W, B, 1.0f, dz_.data(), W,
-                acts_[l].data(), W, 0.0f, dw_.data(), W);
+    kernels::cpu::gemm(true, false, W, W, B, 1.0f, dz_.data(), W, acts_[l].data(), W, 0.0f,
+                       dw_.data(), W);
     for (int j = 0; j < W; ++j) dbias[j] = 0;
     for (int i = 0; i < B; ++i)
       for (int j = 0; j < W; ++j) dbias[j] += dz_[i * W + j];
     if (l > 0) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, W, W, 1.0f, dz_.data(), W,
-                  w_.data(), W, 0.0f, dprev_.data(), W);
+      kernels::cpu::gemm(false, false, B, W, W, 1.0f, dz_.data(), W, w_.data(), W, 0.0f,
+                         dprev_.data(), W);
       const float* a = acts_[l].data();  // tanh output of the previous layer
       for (int i = 0; i < B * W; ++i) dz_[i] = dprev_[i] * (1.0f - a[i] * a[i]);
     }

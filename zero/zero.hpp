@@ -4,6 +4,7 @@
 #include "comm/communicator.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/mpi_runtime.hpp"
+#include "kernels/cpu/gemm.hpp"
 #include "precision/bf16.hpp"
 #include "precision/convert.hpp"
 #include "precision/fp16.hpp"
