@@ -13,16 +13,16 @@ namespace zero::kernels {
 
 // How weight decay enters the update.
 enum class AdamMode : std::uint8_t {
-  adamw,    // decoupled (Loshchilov & Hutter; torch.optim.AdamW): p ← p·(1 − lr·wd) before the step
+  adamw,  // decoupled (Loshchilov & Hutter; torch.optim.AdamW): p ← p·(1 − lr·wd) before the step
   adam_l2,  // L2 penalty (torch.optim.Adam): g ← g + wd·p before the moments
 };
 
 // Run-wide hyperparameters (doubles, as a config file or PyTorch holds them).
 struct AdamHyper {
-  double beta1 = 0.9;          // first-moment decay
-  double beta2 = 0.999;        // second-moment decay
-  double eps = 1e-8;           // added to the bias-corrected sqrt(v)
-  double weight_decay = 0.0;   // meaning depends on mode
+  double beta1 = 0.9;         // first-moment decay
+  double beta2 = 0.999;       // second-moment decay
+  double eps = 1e-8;          // added to the bias-corrected sqrt(v)
+  double weight_decay = 0.0;  // meaning depends on mode
   AdamMode mode = AdamMode::adamw;
 };
 
@@ -30,16 +30,16 @@ struct AdamHyper {
 // the host (in double, then rounded once to float, as PyTorch does with its Python-float scalars)
 // and passed by value to every CPU loop and CUDA kernel, so both see the same bits.
 struct AdamStep {
-  float grad_scale = 1.0f;       // g ← g·grad_scale first (1/loss_scale · clip coefficient)
-  float weight_decay = 0.0f;     // adam_l2: wd in g + wd·p
-  float decay = 1.0f;            // adamw: 1 − lr·wd; 1 for adam_l2
+  float grad_scale = 1.0f;    // g ← g·grad_scale first (1/loss_scale · clip coefficient)
+  float weight_decay = 0.0f;  // adam_l2: wd in g + wd·p
+  float decay = 1.0f;         // adamw: 1 − lr·wd; 1 for adam_l2
   float beta1 = 0.9f;
   float one_minus_beta1 = 0.1f;
   float beta2 = 0.999f;
   float one_minus_beta2 = 0.001f;
-  float bc2_sqrt = 1.0f;         // sqrt(1 − beta2^t)
+  float bc2_sqrt = 1.0f;  // sqrt(1 − beta2^t)
   float eps = 1e-8f;
-  float step_size = 0.0f;        // lr / (1 − beta1^t)
+  float step_size = 0.0f;  // lr / (1 − beta1^t)
   AdamMode mode = AdamMode::adamw;
 };
 

@@ -36,7 +36,9 @@ namespace zero::kernels {
 inline constexpr std::size_t kNormBlock = 1024;
 
 // Number of block sums for n elements: the scratch the two-pass GPU norm needs.
-constexpr std::size_t norm_block_count(std::size_t n) { return (n + kNormBlock - 1) / kNormBlock; }
+constexpr std::size_t norm_block_count(std::size_t n) {
+  return (n + kNormBlock - 1) / kNormBlock;
+}
 
 // A leaf of the tree: exact in double (see step 1 above).
 ZERO_HD double norm_leaf(float x) {

@@ -16,8 +16,8 @@ namespace {
 void check_sizes(std::size_t p, std::size_t m, std::size_t v, std::size_t g, std::size_t out,
                  bool has_out) {
   if (m != p || v != p || g != p || (has_out && out != p))
-    throw Error(cat("adamw_step: shard spans differ in length (p ", p, ", m ", m, ", v ", v,
-                    ", g ", g, has_out ? cat(", out ", out) : std::string(), ")"));
+    throw Error(cat("adamw_step: shard spans differ in length (p ", p, ", m ", m, ", v ", v, ", g ",
+                    g, has_out ? cat(", out ", out) : std::string(), ")"));
 }
 
 // Elements per chunk: the update writes a chunk of p, and the 16-bit copy of that chunk is made
@@ -57,13 +57,15 @@ void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
 }
 
 void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
-                std::span<const float> g, const AdamStep& step, std::span<bf16> out, SimdPath path) {
+                std::span<const float> g, const AdamStep& step, std::span<bf16> out,
+                SimdPath path) {
   check_sizes(p.size(), m.size(), v.size(), g.size(), out.size(), true);
   run<bf16>(p, m, v, g, step, out.data(), path);
 }
 
 void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
-                std::span<const float> g, const AdamStep& step, std::span<fp16> out, SimdPath path) {
+                std::span<const float> g, const AdamStep& step, std::span<fp16> out,
+                SimdPath path) {
   check_sizes(p.size(), m.size(), v.size(), g.size(), out.size(), true);
   run<fp16>(p, m, v, g, step, out.data(), path);
 }

@@ -4,15 +4,18 @@
 #include <span>
 
 #include "kernels/adamw_math.hpp"
-#include "precision/simd.hpp"
 #include "precision/bf16.hpp"
 #include "precision/fp16.hpp"
+#include "precision/simd.hpp"
 
 namespace zero::kernels::cpu {
 
+// `path` picks the compiled variant of the loop (zero::SimdPath, precision/simd.hpp); every path
+// returns the same bits, so it matters only for speed and for tests that compare the paths.
+
 // One pass over the shard: for every i, adam_element(p[i], m[i], v[i], g[i], step), and, in the
-// overloads with `out`, out[i] = RNE(new p[i]) — the 16-bit copy that the all-gather sends, written
-// while p is still in a register rather than by a second pass over memory.
+// overloads with `out`, out[i] = RNE(new p[i]): the 16-bit copy that the all-gather sends, made
+// chunk by chunk while the new p is still in L1, not by a second pass over memory.
 // All spans must have the same length (zero::Error otherwise) and must not overlap.
 void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
                 std::span<const float> g, const AdamStep& step, SimdPath path = best_path());

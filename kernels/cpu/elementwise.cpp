@@ -106,13 +106,27 @@ bool unscale(std::span<float> x_, float scale, SimdPath path) {
   return bad != 0;
 }
 
-bool all_finite(std::span<const float> x, SimdPath path) { return all_finite_impl(x, path); }
-bool all_finite(std::span<const bf16> x, SimdPath path) { return all_finite_impl(x, path); }
-bool all_finite(std::span<const fp16> x, SimdPath path) { return all_finite_impl(x, path); }
+bool all_finite(std::span<const float> x, SimdPath path) {
+  return all_finite_impl(x, path);
+}
+bool all_finite(std::span<const bf16> x, SimdPath path) {
+  return all_finite_impl(x, path);
+}
+bool all_finite(std::span<const fp16> x, SimdPath path) {
+  return all_finite_impl(x, path);
+}
 
-void fill(std::span<float> x, float value) { std::fill(x.begin(), x.end(), value); }
-void zero(std::span<float> x) { std::fill(x.begin(), x.end(), 0.0f); }
-void zero(std::span<bf16> x) { std::fill(x.begin(), x.end(), bf16{}); }
-void zero(std::span<fp16> x) { std::fill(x.begin(), x.end(), fp16{}); }
+void fill(std::span<float> x, float value) {
+  std::fill(x.begin(), x.end(), value);
+}
+void zero(std::span<float> x) {
+  std::fill(x.begin(), x.end(), 0.0f);
+}
+void zero(std::span<bf16> x) {
+  std::fill(x.begin(), x.end(), bf16{});
+}
+void zero(std::span<fp16> x) {
+  std::fill(x.begin(), x.end(), fp16{});
+}
 
 }  // namespace zero::kernels::cpu

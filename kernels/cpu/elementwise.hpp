@@ -3,11 +3,14 @@
 
 #include <span>
 
-#include "precision/simd.hpp"
 #include "precision/bf16.hpp"
 #include "precision/fp16.hpp"
+#include "precision/simd.hpp"
 
 namespace zero::kernels::cpu {
+
+// `path` picks the compiled variant of the loop (zero::SimdPath, precision/simd.hpp); every path
+// returns the same bits, so it matters only for speed and for tests that compare the paths.
 
 // dst[i] = src[i] converted: to 16 bits by round-to-nearest-even, to fp32 exactly.
 // Lengths must match (zero::Error otherwise).

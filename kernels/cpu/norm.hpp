@@ -7,6 +7,9 @@
 
 namespace zero::kernels::cpu {
 
+// `path` picks the compiled variant of the loop (zero::SimdPath, precision/simd.hpp); every path
+// returns the same bits, so it matters only for speed and for tests that compare the paths.
+
 // Sum of x[i]² in double, in the fixed tree of kernels/norm_order.hpp: bitwise the same on every
 // call, on every SimdPath, and as kernels::cuda::squared_norm on the GPU. The global gradient
 // norm is then sqrt of the all-reduced sum of the ranks' results.

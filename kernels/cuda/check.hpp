@@ -11,14 +11,16 @@ namespace zero::kernels::cuda::detail {
 
 inline void check(cudaError_t e, const char* call, const char* context = nullptr) {
   if (e != cudaSuccess)
-    throw Error(cat(call, context ? cat(" (", context, ")") : std::string(), " failed: ",
-                    cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
+    throw Error(cat(call, context ? cat(" (", context, ")") : std::string(),
+                    " failed: ", cudaGetErrorName(e), ": ", cudaGetErrorString(e)));
 }
 
 }  // namespace zero::kernels::cuda::detail
 
-// ZERO_CUDA_CHECK(cudaMalloc(&p, n)) throws "cudaMalloc(&p, n) failed: cudaErrorMemoryAllocation: ..."
+// ZERO_CUDA_CHECK(cudaMalloc(&p, n)) throws "cudaMalloc(&p, n) failed: cudaErrorMemoryAllocation:
+// ..."
 #define ZERO_CUDA_CHECK(call) ::zero::kernels::cuda::detail::check((call), #call)
-// The same, naming what the call was for: ZERO_CUDA_CHECK_NAMED(cudaGetLastError(), "adamw kernel").
+// The same, naming what the call was for: ZERO_CUDA_CHECK_NAMED(cudaGetLastError(), "adamw
+// kernel").
 #define ZERO_CUDA_CHECK_NAMED(call, context) \
   ::zero::kernels::cuda::detail::check((call), #call, (context))

@@ -10,8 +10,12 @@
 namespace zero::kernels::cuda {
 namespace {
 
-cudaStream_t as_stream(void* h) { return static_cast<cudaStream_t>(h); }
-cudaEvent_t as_event(void* h) { return static_cast<cudaEvent_t>(h); }
+cudaStream_t as_stream(void* h) {
+  return static_cast<cudaStream_t>(h);
+}
+cudaEvent_t as_event(void* h) {
+  return static_cast<cudaEvent_t>(h);
+}
 
 }  // namespace
 
@@ -36,8 +40,8 @@ std::vector<DeviceInfo> describe_devices() noexcept {
         cudaGetLastError();
         continue;
       }
-      out.push_back(DeviceInfo{i, p.name, p.totalGlobalMem, p.major * 10 + p.minor,
-                               p.multiProcessorCount});
+      out.push_back(
+          DeviceInfo{i, p.name, p.totalGlobalMem, p.major * 10 + p.minor, p.multiProcessorCount});
     }
   } catch (...) {  // only std::bad_alloc can get here; an empty list is the documented answer
     out.clear();
@@ -45,7 +49,9 @@ std::vector<DeviceInfo> describe_devices() noexcept {
   return out;
 }
 
-void set_device(int device) { ZERO_CUDA_CHECK(cudaSetDevice(device)); }
+void set_device(int device) {
+  ZERO_CUDA_CHECK(cudaSetDevice(device));
+}
 
 // --- Stream
 
@@ -67,7 +73,9 @@ Stream& Stream::operator=(Stream&& o) noexcept {
   return *this;
 }
 
-void Stream::synchronize() const { ZERO_CUDA_CHECK(cudaStreamSynchronize(as_stream(handle_))); }
+void Stream::synchronize() const {
+  ZERO_CUDA_CHECK(cudaStreamSynchronize(as_stream(handle_)));
+}
 
 // --- Event
 
@@ -97,7 +105,9 @@ void Event::wait_on(StreamRef stream) const {
   ZERO_CUDA_CHECK(cudaStreamWaitEvent(as_stream(stream.handle), as_event(handle_), 0));
 }
 
-void Event::synchronize() const { ZERO_CUDA_CHECK(cudaEventSynchronize(as_event(handle_))); }
+void Event::synchronize() const {
+  ZERO_CUDA_CHECK(cudaEventSynchronize(as_event(handle_)));
+}
 
 bool Event::done() const {
   const cudaError_t e = cudaEventQuery(as_event(handle_));

@@ -10,11 +10,11 @@
 namespace zero::kernels::cuda {
 
 struct DeviceInfo {
-  int index = 0;                   // CUDA device ordinal
-  std::string name;                // e.g. "NVIDIA H200"
-  std::size_t memory_bytes = 0;    // total device memory
-  int compute_capability = 0;      // major·10 + minor, e.g. 90
-  int multiprocessors = 0;         // SM count
+  int index = 0;                 // CUDA device ordinal
+  std::string name;              // e.g. "NVIDIA H200"
+  std::size_t memory_bytes = 0;  // total device memory
+  int compute_capability = 0;    // major·10 + minor, e.g. 90
+  int multiprocessors = 0;       // SM count
 };
 
 // Number of usable devices; 0 without a GPU, without a driver, or in a build without CUDA.
@@ -46,7 +46,7 @@ class Stream {
 
   StreamRef ref() const { return StreamRef{handle_}; }
   operator StreamRef() const { return ref(); }  // NOLINT: a stream is usable wherever a ref is
-  void synchronize() const;                    // host waits for all work queued so far
+  void synchronize() const;                     // host waits for all work queued so far
 
  private:
   void* handle_ = nullptr;
@@ -67,7 +67,7 @@ class Event {
   // stream hands a buffer to another without stalling the host.
   void wait_on(StreamRef stream) const;
   void synchronize() const;
-  bool done() const;                          // cudaEventQuery: true once the work has finished
+  bool done() const;                           // cudaEventQuery: true once the work has finished
   float elapsed_ms(const Event& start) const;  // both must be timing events, recorded
 
  private:
@@ -100,8 +100,7 @@ class DeviceBuffer {
   // that touches this buffer must be synchronised first (or use the _async forms on it).
   void upload(const void* host, std::size_t bytes, std::size_t offset = 0);
   void download(void* host, std::size_t bytes, std::size_t offset = 0) const;
-  void upload_async(const void* host, std::size_t bytes, StreamRef stream,
-                    std::size_t offset = 0);
+  void upload_async(const void* host, std::size_t bytes, StreamRef stream, std::size_t offset = 0);
   void download_async(void* host, std::size_t bytes, StreamRef stream,
                       std::size_t offset = 0) const;
 

@@ -142,10 +142,18 @@ void zero_impl(std::span<T> x, StreamRef stream) {
 
 }  // namespace
 
-void cast(std::span<const float> src, std::span<bf16> dst, StreamRef s) { cast_impl(src, dst, s); }
-void cast(std::span<const float> src, std::span<fp16> dst, StreamRef s) { cast_impl(src, dst, s); }
-void cast(std::span<const bf16> src, std::span<float> dst, StreamRef s) { cast_impl(src, dst, s); }
-void cast(std::span<const fp16> src, std::span<float> dst, StreamRef s) { cast_impl(src, dst, s); }
+void cast(std::span<const float> src, std::span<bf16> dst, StreamRef s) {
+  cast_impl(src, dst, s);
+}
+void cast(std::span<const float> src, std::span<fp16> dst, StreamRef s) {
+  cast_impl(src, dst, s);
+}
+void cast(std::span<const bf16> src, std::span<float> dst, StreamRef s) {
+  cast_impl(src, dst, s);
+}
+void cast(std::span<const fp16> src, std::span<float> dst, StreamRef s) {
+  cast_impl(src, dst, s);
+}
 
 void accumulate(std::span<float> acc, std::span<const float> g, StreamRef s) {
   accumulate_impl(acc, g, s);
@@ -163,9 +171,15 @@ void unscale(std::span<float> x, float scale, int* overflow, StreamRef stream) {
                                       UnscaleOp{x.data(), scale, overflow}, stream);
 }
 
-void check_finite(std::span<const float> x, int* f, StreamRef s) { check_finite_impl(x, f, s); }
-void check_finite(std::span<const bf16> x, int* f, StreamRef s) { check_finite_impl(x, f, s); }
-void check_finite(std::span<const fp16> x, int* f, StreamRef s) { check_finite_impl(x, f, s); }
+void check_finite(std::span<const float> x, int* f, StreamRef s) {
+  check_finite_impl(x, f, s);
+}
+void check_finite(std::span<const bf16> x, int* f, StreamRef s) {
+  check_finite_impl(x, f, s);
+}
+void check_finite(std::span<const fp16> x, int* f, StreamRef s) {
+  check_finite_impl(x, f, s);
+}
 
 void zero_flag(int* flag, StreamRef stream) {
   ZERO_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), detail::native(stream)));
@@ -176,8 +190,14 @@ void fill(std::span<float> x, float value, StreamRef stream) {
                                       FillOp{x.data(), value}, stream);
 }
 
-void zero(std::span<float> x, StreamRef s) { zero_impl(x, s); }
-void zero(std::span<bf16> x, StreamRef s) { zero_impl(x, s); }
-void zero(std::span<fp16> x, StreamRef s) { zero_impl(x, s); }
+void zero(std::span<float> x, StreamRef s) {
+  zero_impl(x, s);
+}
+void zero(std::span<bf16> x, StreamRef s) {
+  zero_impl(x, s);
+}
+void zero(std::span<fp16> x, StreamRef s) {
+  zero_impl(x, s);
+}
 
 }  // namespace zero::kernels::cuda

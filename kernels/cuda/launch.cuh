@@ -20,7 +20,9 @@ constexpr int kThreads = 256;
 // sm_80/sm_90); a grid-stride loop covers the rest, so the grid never grows with n.
 constexpr int kBlocksPerSm = 8;
 
-inline cudaStream_t native(StreamRef s) { return static_cast<cudaStream_t>(s.handle); }
+inline cudaStream_t native(StreamRef s) {
+  return static_cast<cudaStream_t>(s.handle);
+}
 
 // Blocks for `items` work items: ceil(items / kThreads), capped at SM count · kBlocksPerSm.
 // The attribute query is a cheap host-side lookup, done per launch so that no device state is

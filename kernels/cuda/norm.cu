@@ -72,7 +72,9 @@ __global__ void __launch_bounds__(kTailThreads)
 
 }  // namespace
 
-std::size_t squared_norm_scratch(std::size_t n) { return norm_block_count(n); }
+std::size_t squared_norm_scratch(std::size_t n) {
+  return norm_block_count(n);
+}
 
 void squared_norm(std::span<const float> x, double* result, std::span<double> scratch,
                   StreamRef stream) {

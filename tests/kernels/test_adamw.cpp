@@ -20,8 +20,7 @@ namespace {
 // applied to m and v, as in the papers, rather than folded into step_size and bc2_sqrt).
 struct Reference {
   std::vector<double> p, m, v;
-  void step(const std::vector<float>& g, double lr, const AdamHyper& h, double grad_scale,
-            int t) {
+  void step(const std::vector<float>& g, double lr, const AdamHyper& h, double grad_scale, int t) {
     const double bc1 = 1.0 - std::pow(h.beta1, t), bc2 = 1.0 - std::pow(h.beta2, t);
     for (std::size_t i = 0; i < p.size(); ++i) {
       double gi = g[i] * grad_scale;
@@ -86,7 +85,8 @@ void check_against_reference(const AdamHyper& h, double lr, float grad_scale, fl
 
 }  // namespace
 
-TEST_CASE("make_adam_step folds the bias corrections 1 - beta^t of steps 1, 2 and 10 into its scalars") {
+TEST_CASE(
+    "make_adam_step folds the bias corrections 1 - beta^t of steps 1, 2 and 10 into its scalars") {
   AdamHyper h;
   h.beta1 = 0.9;
   h.beta2 = 0.99;
@@ -127,7 +127,9 @@ TEST_CASE("Adam with L2 weight decay matches an independent double-precision ref
   check_against_reference(h, 1e-2, 1.0f, 1.0f, 5);
 }
 
-TEST_CASE("eps is added to the bias-corrected sqrt(v), as the reference does, when eps is comparable to g") {
+TEST_CASE(
+    "eps is added to the bias-corrected sqrt(v), as the reference does, when eps is comparable to "
+    "g") {
   AdamHyper h;
   h.eps = 1e-3;
   h.weight_decay = 0.01;
@@ -175,7 +177,9 @@ TEST_CASE("adamw_step equals the literal scalar per-element loop bitwise on ever
   }
 }
 
-TEST_CASE("bias correction makes steps 1, 2 and 10 each move p by lr·|g|/(|g|+eps) under a constant gradient") {
+TEST_CASE(
+    "bias correction makes steps 1, 2 and 10 each move p by lr·|g|/(|g|+eps) under a constant "
+    "gradient") {
   // With a constant g, m_t = (1 - b1^t)·g and v_t = (1 - b2^t)·g², so the corrected moments are
   // exactly g and g² at every step; without correction step 1 would move by 0.1/sqrt(0.001) ≈ 3x.
   AdamHyper h;  // defaults: 0.9, 0.999, 1e-8, no decay
@@ -195,7 +199,8 @@ TEST_CASE("bias correction makes steps 1, 2 and 10 each move p by lr·|g|/(|g|+e
   CHECK(p[n - 1] == p[0]);
 }
 
-TEST_CASE("AdamW decays weights independently of the gradient while Adam adds wd·p to the gradient") {
+TEST_CASE(
+    "AdamW decays weights independently of the gradient while Adam adds wd·p to the gradient") {
   const std::size_t n = 17;
   const std::vector<float> p0 = uniform_values(n, 3);
   const std::vector<float> zero_g(n, 0.0f);
@@ -242,19 +247,21 @@ TEST_CASE("grad_scale multiplies the gradient before the moments") {
 TEST_CASE("the bf16 and fp16 copies are the round-to-nearest-even of the new fp32 parameters") {
   // lr = 0 and no decay leave p as it is, so crafted values reach the copy unchanged.
   using test::from_bits;
+  // clang-format off
   const std::vector<float> p0 = {
-      // value                       bf16                                fp16
-      1.0f + 0x1p-8f,              // tie 1 | 1+2^-7: even, 1 (3f80)      exact (3c04)
-      1.0f + 3 * 0x1p-8f,          // tie: even, 1+2^-6 (3f82)            exact (3c0c)
-      1.0f + 0x1p-8f + 0x1p-20f,   // above the tie: up (3f81)            down to 1+2^-8 (3c04)
-      from_bits(0x7f7fffffu),      // fp32 max: up to inf (7f80)          inf (7c00)
-      -0.0f,                       // sign kept (8000)                    (8000)
-      65520.0f,                    // up, 65536 (4780)                    max + ulp/2, tie: inf (7c00)
-      65519.0f,                    // up, 65536 (4780)                    below the tie: 65504 (7bff)
-      0x1p-25f,                    // exact (3300)                        half of 2^-24, tie: 0 (0000)
-      3 * 0x1p-26f,                // exact (3340)                        above the tie: 2^-24 (0001)
-      1.0f + 3 * 0x1p-11f,         // below the tie: 1 (3f80)             tie: even, 1+2^-9 (3c02)
+      // value                    bf16                              fp16
+      1.0f + 0x1p-8f,             // tie 1 | 1+2^-7: even, 1 (3f80)  exact (3c04)
+      1.0f + 3 * 0x1p-8f,         // tie: even, 1+2^-6 (3f82)        exact (3c0c)
+      1.0f + 0x1p-8f + 0x1p-20f,  // above the tie: up (3f81)        down to 1+2^-8 (3c04)
+      from_bits(0x7f7fffffu),     // fp32 max: up to inf (7f80)      inf (7c00)
+      -0.0f,                      // sign kept (8000)                sign kept (8000)
+      65520.0f,                   // up, 65536 (4780)                max + ulp/2, tie: inf (7c00)
+      65519.0f,                   // up, 65536 (4780)                below the tie: 65504 (7bff)
+      0x1p-25f,                   // exact (3300)                    half of 2^-24, tie: 0 (0000)
+      3 * 0x1p-26f,               // exact (3340)                    above the tie: 2^-24 (0001)
+      1.0f + 3 * 0x1p-11f,        // below the tie: 1 (3f80)         tie: even, 1+2^-9 (3c02)
   };
+  // clang-format on
   const std::vector<std::uint16_t> want_bf16 = {0x3f80, 0x3f82, 0x3f81, 0x7f80, 0x8000,
                                                 0x4780, 0x4780, 0x3300, 0x3340, 0x3f80};
   const std::vector<std::uint16_t> want_fp16 = {0x3c04, 0x3c0c, 0x3c04, 0x7c00, 0x8000,

@@ -51,7 +51,9 @@ std::span<const T> cspan(DeviceArray<T>& a) {
   return a.span();
 }
 
-int read_flag(DeviceArray<int>& f) { return f.get()[0]; }
+int read_flag(DeviceArray<int>& f) {
+  return f.get()[0];
+}
 
 void require_same(const std::vector<float>& gpu, const std::vector<float>& cpu) {
   REQUIRE(gpu.size() == cpu.size());

@@ -4,7 +4,6 @@
 
 #include "kernels/cuda/device.hpp"
 #include "zero/error.hpp"
-#include "zero_build_config.hpp"
 
 using namespace zero::kernels;
 
@@ -26,7 +25,8 @@ TEST_CASE("an empty DeviceBuffer owns nothing and moves cleanly") {
   CHECK(b.data() == nullptr);
 }
 
-TEST_CASE("without a usable GPU, creating a stream or allocating device memory throws zero::Error") {
+TEST_CASE(
+    "without a usable GPU, creating a stream or allocating device memory throws zero::Error") {
   if (cuda::device_count() > 0) return;  // this behaviour is about machines without one
   CHECK_THROWS_AS(cuda::Stream(), zero::Error);
   CHECK_THROWS_AS(cuda::DeviceBuffer(64), zero::Error);

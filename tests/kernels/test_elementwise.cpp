@@ -30,7 +30,8 @@ std::vector<T> narrowed(const std::vector<float>& x) {
 
 }  // namespace
 
-TEST_CASE("cast rounds float to bf16 and fp16 to nearest even and widens back exactly on every path") {
+TEST_CASE(
+    "cast rounds float to bf16 and fp16 to nearest even and widens back exactly on every path") {
   const std::size_t n = 2051;  // odd: every vector path has a remainder
   const std::vector<float> x = mixed_values(n, 21, false, 1e4f);  // some beyond fp16's range
   for (SimdPath path : available_paths()) {
@@ -86,7 +87,8 @@ TEST_CASE("accumulate adds exactly widened bf16, fp16 and fp32 gradients with on
   }
 }
 
-TEST_CASE("accumulating bf16 micro-batch gradients in fp32 is exact where the sum is representable") {
+TEST_CASE(
+    "accumulating bf16 micro-batch gradients in fp32 is exact where the sum is representable") {
   // 1000 micro-batches of bf16 values that are small integers: every partial sum is an integer
   // below 2^24, so fp32 holds it exactly; a bf16 accumulator (8 bits) would have rounded.
   const std::size_t n = 37;

@@ -63,8 +63,8 @@ TEST_CASE("squared_norm matches a long double reference to a relative 1e-13") {
   // depth d = log2(n) bounds the relative error by about d·2^-53 (3e-15 for n = 10^6, d = 20).
   // 1e-13 leaves slack for the long double reference's own rounding, and fails an order that
   // drops or double-counts even one element among a million (relative ~1e-6).
-  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1024},
-                        std::size_t{1025}, std::size_t{1000003}}) {
+  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1024}, std::size_t{1025},
+                        std::size_t{1000003}}) {
     const std::vector<float> x = uniform_values(n, static_cast<std::uint32_t>(n), 3.0f);
     const long double want = long_double_sum(x);
     INFO("n = " << n);
@@ -81,9 +81,9 @@ TEST_CASE("squared_norm is bitwise identical across repeated calls") {
 TEST_CASE("squared_norm gives the bits of the documented tree on every SIMD path") {
   // Lengths around the block size, and enough blocks for a non-power-of-two outer tree; data
   // with subnormals (their squares are far below fp32 but exact in double) and huge values.
-  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{511}, std::size_t{1023},
-                        std::size_t{1024}, std::size_t{1025}, std::size_t{5 * 1024 + 17},
-                        std::size_t{37 * 1024 + 1}}) {
+  for (std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{511}, std::size_t{1023}, std::size_t{1024},
+        std::size_t{1025}, std::size_t{5 * 1024 + 17}, std::size_t{37 * 1024 + 1}}) {
     const std::vector<float> x = mixed_values(n, static_cast<std::uint32_t>(n) + 62);
     const double want = literal_tree(x);
     for (SimdPath path : available_paths()) {
