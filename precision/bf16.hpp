@@ -14,18 +14,26 @@ struct bf16 {
 };
 
 // Patterns worth naming (positive; OR in 0x8000 for the negative ones).
-inline constexpr std::uint16_t bf16_max_bits = 0x7f7f;       // 3.3895e38, largest finite
+inline constexpr std::uint16_t bf16_max_bits = 0x7f7f;         // 3.3895e38, largest finite
 inline constexpr std::uint16_t bf16_min_normal_bits = 0x0080;  // 2^-126
 inline constexpr std::uint16_t bf16_inf_bits = 0x7f80;
-inline constexpr std::uint16_t bf16_nan_bits = 0x7fc0;  // the quiet NaN to_bf16 makes of a payload-free NaN
+inline constexpr std::uint16_t bf16_nan_bits = 0x7fc0;  // to_bf16 of a payload-free NaN
 
-ZERO_HD bool is_nan(bf16 x) { return (x.bits & 0x7fffu) > 0x7f80u; }
-ZERO_HD bool is_inf(bf16 x) { return (x.bits & 0x7fffu) == 0x7f80u; }
-ZERO_HD bool is_finite(bf16 x) { return (x.bits & 0x7f80u) != 0x7f80u; }
+ZERO_HD bool is_nan(bf16 x) {
+  return (x.bits & 0x7fffu) > 0x7f80u;
+}
+ZERO_HD bool is_inf(bf16 x) {
+  return (x.bits & 0x7fffu) == 0x7f80u;
+}
+ZERO_HD bool is_finite(bf16 x) {
+  return (x.bits & 0x7f80u) != 0x7f80u;
+}
 
 // Exact: bf16 is the upper half of a float. A NaN keeps its sign and payload (a signalling NaN
 // stays signalling, as a plain widening of the bits must).
-ZERO_HD float to_float(bf16 x) { return float_of(static_cast<std::uint32_t>(x.bits) << 16); }
+ZERO_HD float to_float(bf16 x) {
+  return float_of(static_cast<std::uint32_t>(x.bits) << 16);
+}
 
 namespace detail {
 // A NaN keeps its sign and the top 6 payload bits, with the quiet bit set so that dropping the
@@ -33,7 +41,9 @@ namespace detail {
 ZERO_HD std::uint16_t bf16_nan_of(std::uint32_t u) {
   return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
 }
-ZERO_HD bool float_bits_nan(std::uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
+ZERO_HD bool float_bits_nan(std::uint32_t u) {
+  return (u & 0x7fffffffu) > 0x7f800000u;
+}
 }  // namespace detail
 
 // Round to nearest, ties to even. Adding 0x7fff plus the lowest kept bit to the pattern rounds

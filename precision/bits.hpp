@@ -37,8 +37,12 @@ ZERO_HD float float_of(std::uint32_t u) {
 
 // x >> s and x << s with s >= 32 giving 0, as the x86 variable shifts (vpsrlvd, vpsllvd) do.
 // The vector paths rely on that; the scalar code uses these so that both compute one formula.
-ZERO_HD std::uint32_t shr32(std::uint32_t x, std::uint32_t s) { return s >= 32u ? 0u : x >> s; }
-ZERO_HD std::uint32_t shl32(std::uint32_t x, std::uint32_t s) { return s >= 32u ? 0u : x << s; }
+ZERO_HD std::uint32_t shr32(std::uint32_t x, std::uint32_t s) {
+  return s >= 32u ? 0u : x >> s;
+}
+ZERO_HD std::uint32_t shl32(std::uint32_t x, std::uint32_t s) {
+  return s >= 32u ? 0u : x << s;
+}
 
 // Number of leading zero bits of a non-zero x.
 ZERO_HD int leading_zeros(std::uint32_t x) {

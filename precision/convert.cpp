@@ -30,18 +30,25 @@ void f32_to_fp16_sr(const float* src, fp16* dst, std::size_t n, std::uint64_t se
   for (std::size_t i = 0; i < n; ++i) dst[i] = to_fp16_sr(src[i], random_bits(seed, offset + i));
 }
 
-constexpr detail::ConvertKernels scalar_kernels{f32_to_bf16,  f32_to_fp16,    bf16_to_f32,
+constexpr detail::ConvertKernels scalar_kernels{f32_to_bf16, f32_to_fp16,    bf16_to_f32,
                                                 fp16_to_f32, f32_to_bf16_sr, f32_to_fp16_sr};
 
 const detail::ConvertKernels& kernels_for(SimdPath path) {
   if (!available(path))
-    throw Error(cat("the ", name_of(path), " conversion path needs CPU features this machine lacks (",
+    throw Error(cat("the ", name_of(path),
+                    " conversion path needs CPU features this machine lacks (",
                     describe(cpu_features()), "); use best_path() or SimdPath::scalar"));
   const detail::ConvertKernels* k = nullptr;
   switch (path) {
-    case SimdPath::scalar: k = &scalar_kernels; break;
-    case SimdPath::avx2: k = detail::avx2_kernels(); break;
-    case SimdPath::avx512: k = detail::avx512_kernels(); break;
+    case SimdPath::scalar:
+      k = &scalar_kernels;
+      break;
+    case SimdPath::avx2:
+      k = detail::avx2_kernels();
+      break;
+    case SimdPath::avx512:
+      k = detail::avx512_kernels();
+      break;
   }
   if (k == nullptr) throw Error(cat("the ", name_of(path), " conversion path is not compiled in"));
   return *k;
@@ -82,10 +89,18 @@ void convert_sr(std::span<const float> src, std::span<fp16> dst, std::uint64_t s
   kernels_for(path).f32_to_fp16_sr(src.data(), dst.data(), src.size(), seed, offset);
 }
 
-void convert(std::span<const float> src, std::span<bf16> dst) { convert(src, dst, best_path()); }
-void convert(std::span<const float> src, std::span<fp16> dst) { convert(src, dst, best_path()); }
-void convert(std::span<const bf16> src, std::span<float> dst) { convert(src, dst, best_path()); }
-void convert(std::span<const fp16> src, std::span<float> dst) { convert(src, dst, best_path()); }
+void convert(std::span<const float> src, std::span<bf16> dst) {
+  convert(src, dst, best_path());
+}
+void convert(std::span<const float> src, std::span<fp16> dst) {
+  convert(src, dst, best_path());
+}
+void convert(std::span<const bf16> src, std::span<float> dst) {
+  convert(src, dst, best_path());
+}
+void convert(std::span<const fp16> src, std::span<float> dst) {
+  convert(src, dst, best_path());
+}
 void convert_sr(std::span<const float> src, std::span<bf16> dst, std::uint64_t seed,
                 std::uint64_t offset) {
   convert_sr(src, dst, seed, offset, best_path());

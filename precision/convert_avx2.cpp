@@ -16,7 +16,9 @@
 namespace zero::detail {
 namespace {
 
-ZERO_AVX2 inline __m256i set1(std::uint32_t x) { return _mm256_set1_epi32(static_cast<int>(x)); }
+ZERO_AVX2 inline __m256i set1(std::uint32_t x) {
+  return _mm256_set1_epi32(static_cast<int>(x));
+}
 
 // Eight u32 lanes (each <= 0xffff) and eight more, to sixteen u16 in order. packus works within
 // 128-bit halves, so the permute puts the quarters back in order.
@@ -135,7 +137,8 @@ ZERO_AVX2 inline __m256i random8(std::uint64_t seed, std::uint64_t index) {
 
 ZERO_AVX2 inline __m256i bf16_sr(__m256i u, __m256i r) {
   const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, set1(0x7fffffffu)), set1(0x7f800000u));
-  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_and_si256(r, set1(0xffffu))), 16);
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_and_si256(r, set1(0xffffu))), 16);
   const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), set1(0x40u));
   return _mm256_blendv_epi8(rounded, quiet, nan);
 }
@@ -147,7 +150,8 @@ ZERO_AVX2 inline __m256i fp16_sr(__m256i u, __m256i r) {
   const __m256i big = _mm256_cmpgt_epi32(a, set1(0x477fffffu));
   const __m256i normal = _mm256_cmpgt_epi32(a, set1(0x387fffffu));
   const __m256i rn = _mm256_srli_epi32(
-      _mm256_add_epi32(_mm256_sub_epi32(a, set1(0x38000000u)), _mm256_and_si256(r, set1(0x1fffu))), 13);
+      _mm256_add_epi32(_mm256_sub_epi32(a, set1(0x38000000u)), _mm256_and_si256(r, set1(0x1fffu))),
+      13);
   // Subnormal results; in normal lanes s is negative, the variable shifts give 0, and the lane
   // is blended away.
   const __m256i mant = _mm256_or_si256(_mm256_and_si256(a, set1(0x7fffffu)), set1(0x800000u));
@@ -188,19 +192,23 @@ ZERO_AVX2 void f32_to_fp16_sr(const float* src, fp16* dst, std::size_t n, std::u
   for (; i < n; ++i) dst[i] = to_fp16_sr(src[i], random_bits(seed, offset + i));
 }
 
-constexpr ConvertKernels kernels{f32_to_bf16,  f32_to_fp16,    bf16_to_f32,
+constexpr ConvertKernels kernels{f32_to_bf16, f32_to_fp16,    bf16_to_f32,
                                  fp16_to_f32, f32_to_bf16_sr, f32_to_fp16_sr};
 
 }  // namespace
 
-const ConvertKernels* avx2_kernels() { return &kernels; }
+const ConvertKernels* avx2_kernels() {
+  return &kernels;
+}
 
 }  // namespace zero::detail
 
 #else
 
 namespace zero::detail {
-const ConvertKernels* avx2_kernels() { return nullptr; }
+const ConvertKernels* avx2_kernels() {
+  return nullptr;
+}
 }  // namespace zero::detail
 
 #endif

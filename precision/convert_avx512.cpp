@@ -6,9 +6,10 @@
 #if defined(__x86_64__)
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which it then reports as
-// maybe-uninitialised wherever they inline (GCC bug 105593, fixed in GCC 13). Nothing here is.
+// (maybe-)uninitialised wherever they inline (GCC bug 105593, fixed in GCC 13). Nothing here is.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 #include <immintrin.h>
@@ -21,9 +22,13 @@
 namespace zero::detail {
 namespace {
 
-ZERO_AVX512 inline __m512i set1(std::uint32_t x) { return _mm512_set1_epi32(static_cast<int>(x)); }
+ZERO_AVX512 inline __m512i set1(std::uint32_t x) {
+  return _mm512_set1_epi32(static_cast<int>(x));
+}
 
-ZERO_AVX512 inline __m512i load16(const float* p) { return _mm512_loadu_si512(p); }
+ZERO_AVX512 inline __m512i load16(const float* p) {
+  return _mm512_loadu_si512(p);
+}
 
 // Sixteen u32 lanes (each <= 0xffff) to sixteen u16, by truncation.
 ZERO_AVX512 inline void store16(void* p, __m512i v) {
@@ -174,19 +179,23 @@ ZERO_AVX512 void f32_to_fp16_sr(const float* src, fp16* dst, std::size_t n, std:
   for (; i < n; ++i) dst[i] = to_fp16_sr(src[i], random_bits(seed, offset + i));
 }
 
-constexpr ConvertKernels kernels{f32_to_bf16,  f32_to_fp16,    bf16_to_f32,
+constexpr ConvertKernels kernels{f32_to_bf16, f32_to_fp16,    bf16_to_f32,
                                  fp16_to_f32, f32_to_bf16_sr, f32_to_fp16_sr};
 
 }  // namespace
 
-const ConvertKernels* avx512_kernels() { return &kernels; }
+const ConvertKernels* avx512_kernels() {
+  return &kernels;
+}
 
 }  // namespace zero::detail
 
 #else
 
 namespace zero::detail {
-const ConvertKernels* avx512_kernels() { return nullptr; }
+const ConvertKernels* avx512_kernels() {
+  return nullptr;
+}
 }  // namespace zero::detail
 
 #endif

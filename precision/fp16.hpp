@@ -14,15 +14,21 @@ struct fp16 {
 };
 
 // Patterns worth naming (positive; OR in 0x8000 for the negative ones).
-inline constexpr std::uint16_t fp16_max_bits = 0x7bff;         // 65504, largest finite
-inline constexpr std::uint16_t fp16_min_normal_bits = 0x0400;  // 2^-14
+inline constexpr std::uint16_t fp16_max_bits = 0x7bff;            // 65504, largest finite
+inline constexpr std::uint16_t fp16_min_normal_bits = 0x0400;     // 2^-14
 inline constexpr std::uint16_t fp16_min_subnormal_bits = 0x0001;  // 2^-24
 inline constexpr std::uint16_t fp16_inf_bits = 0x7c00;
 inline constexpr std::uint16_t fp16_nan_bits = 0x7e00;
 
-ZERO_HD bool is_nan(fp16 x) { return (x.bits & 0x7fffu) > 0x7c00u; }
-ZERO_HD bool is_inf(fp16 x) { return (x.bits & 0x7fffu) == 0x7c00u; }
-ZERO_HD bool is_finite(fp16 x) { return (x.bits & 0x7c00u) != 0x7c00u; }
+ZERO_HD bool is_nan(fp16 x) {
+  return (x.bits & 0x7fffu) > 0x7c00u;
+}
+ZERO_HD bool is_inf(fp16 x) {
+  return (x.bits & 0x7fffu) == 0x7c00u;
+}
+ZERO_HD bool is_finite(fp16 x) {
+  return (x.bits & 0x7c00u) != 0x7c00u;
+}
 
 // Exact. Subnormals are normalised with a leading-zero count; a NaN keeps its sign and payload
 // and is made quiet, as IEEE's conversion (and x86's vcvtph2ps) does.
@@ -60,7 +66,8 @@ ZERO_HD fp16 to_fp16(float x) {
     const std::uint32_t r = a - 0x38000000u;
     return fp16{static_cast<std::uint16_t>(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13))};
   }
-  if (a <= 0x33000000u) return fp16{static_cast<std::uint16_t>(sign)};  // <= 2^-25: the tie goes to 0
+  // At most 2^-25, half the smallest subnormal: zero (the tie goes to the even side, zero).
+  if (a <= 0x33000000u) return fp16{static_cast<std::uint16_t>(sign)};
   // Subnormal: |x| = mant * 2^(e-150); in units of 2^-24 that is mant >> s with s = 126 - e,
   // here 14..24. Round the dropped bits to nearest even; 0x400 (a carry) is 2^-14, correctly.
   const std::uint32_t e = a >> 23;
@@ -93,7 +100,7 @@ ZERO_HD fp16 to_fp16_sr(float x, std::uint32_t random_bits) {
   }
   const std::uint32_t e = a >> 23;
   const std::uint32_t mant = (a & 0x7fffffu) | 0x800000u;  // float subnormals end up 0 anyway
-  const std::uint32_t s = 126u - e;                         // 14..126
+  const std::uint32_t s = 126u - e;                        // 14..126
   const std::uint32_t kept = shr32(mant, s);
   const std::uint32_t t = s > 32u ? s - 32u : 0u;  // keep at most 32 dropped bits
   const std::uint32_t mask = shl32(1u, s) - 1u;    // all ones from s = 32 on

@@ -67,18 +67,21 @@ StepDecision LossScaler::update(bool overflow) {
     if (c.hysteresis == 1 || s.cur_hysteresis == 1) {
       if (s.cur_scale == c.min_loss_scale && c.raise_error_at_min_scale)
         throw Error(cat("gradient overflow persists at the minimum loss scale ", show(s.cur_scale),
-                        " (step ", s.cur_iter, ", hysteresis spent), so no step can be taken; "
+                        " (step ", s.cur_iter,
+                        ", hysteresis spent), so no step can be taken; "
                         "lower the learning rate, use bf16, or lower min_loss_scale"));
       const float next = std::fmax(s.cur_scale / c.scale_factor, c.min_loss_scale);
       std::string what;
       if (next == s.cur_scale)
         what = cat("the scale stays at its minimum ", show(next));
       else if (next == s.cur_scale / c.scale_factor)
-        what = c.scale_factor == 2 ? cat("scale halved to ", show(next))
-                                   : cat("scale divided by ", show(c.scale_factor), " to ", show(next));
+        what = c.scale_factor == 2
+                   ? cat("scale halved to ", show(next))
+                   : cat("scale divided by ", show(c.scale_factor), " to ", show(next));
       else
         what = cat("scale lowered to its minimum ", show(next));
-      d.reason = cat("overflow in gradients at loss scale ", show(s.cur_scale), ": step skipped, ", what);
+      d.reason =
+          cat("overflow in gradients at loss scale ", show(s.cur_scale), ": step skipped, ", what);
       s.cur_scale = next;
     } else {
       d.reason = cat("overflow in gradients at loss scale ", show(s.cur_scale),

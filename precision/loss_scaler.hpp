@@ -21,23 +21,35 @@ enum class ScaleWindowRule : std::uint8_t {
 
 // The fp16 section of a DeepSpeed config, under the same names.
 struct LossScalerConfig {
-  float loss_scale = 0;          // fp16.loss_scale: > 0 is a static scale that never changes; 0 is dynamic
-  int initial_scale_power = 16;  // fp16.initial_scale_power: a dynamic run starts at 2^this
-  int loss_scale_window = 1000;  // fp16.loss_scale_window: clean steps before the scale grows
-  int hysteresis = 2;            // fp16.hysteresis: overflows absorbed before the scale drops
-  bool consecutive_hysteresis = false;  // fp16.consecutive_hysteresis: a clean step refills hysteresis
-  float min_loss_scale = 1;      // fp16.min_loss_scale: the scale never drops below this
-  float scale_factor = 2;        // the factor of each drop and growth (fixed at 2 in DeepSpeed)
-  bool raise_error_at_min_scale = true;  // an overflow at the floor with hysteresis spent is an error
+  // fp16.loss_scale: > 0 is a static scale that never changes; 0 means dynamic scaling.
+  float loss_scale = 0;
+  // fp16.initial_scale_power: a dynamic run starts at 2^initial_scale_power.
+  int initial_scale_power = 16;
+  // fp16.loss_scale_window: clean steps before the scale grows (see ScaleWindowRule).
+  int loss_scale_window = 1000;
+  // fp16.hysteresis: overflows absorbed before the scale starts to drop.
+  int hysteresis = 2;
+  // fp16.consecutive_hysteresis: every clean step refills the hysteresis, not only a growth.
+  bool consecutive_hysteresis = false;
+  // fp16.min_loss_scale: the scale never drops below this.
+  float min_loss_scale = 1;
+  // The factor of each drop and growth (fixed at 2 in DeepSpeed).
+  float scale_factor = 2;
+  // An overflow at min_loss_scale with hysteresis spent throws instead of skipping forever.
+  bool raise_error_at_min_scale = true;
   ScaleWindowRule window_rule = ScaleWindowRule::deepspeed;
 };
 
 // What one step should do, and why.
 struct StepDecision {
-  bool skip = false;      // overflow: drop this step's update
-  float scale_used = 0;   // the scale the step's gradients were computed with
-  float next_scale = 0;   // the scale of the next step
-  std::string reason;     // a sentence for the log when the step is skipped or the scale changes; else empty
+  // Overflow: drop this step's update.
+  bool skip = false;
+  // The scale this step's gradients were computed with.
+  float scale_used = 0;
+  // The scale for the next step.
+  float next_scale = 0;
+  // A sentence for the log when the step is skipped or the scale changes; else empty.
+  std::string reason;
 };
 
 // Everything a checkpoint must keep to resume the same trajectory (DeepSpeed's field names).

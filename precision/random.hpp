@@ -49,8 +49,8 @@ ZERO_HD Philox4x32Counter philox4x32_10(Philox4x32Counter ctr, std::uint32_t k0,
 // seed as key and the index as counter. The other three words are left unused so that every
 // element costs one call and no path has to agree on how elements share a call.
 ZERO_HD std::uint32_t random_bits(std::uint64_t seed, std::uint64_t index) {
-  const Philox4x32Counter ctr{{static_cast<std::uint32_t>(index),
-                               static_cast<std::uint32_t>(index >> 32), 0u, 0u}};
+  const Philox4x32Counter ctr{
+      {static_cast<std::uint32_t>(index), static_cast<std::uint32_t>(index >> 32), 0u, 0u}};
   return philox4x32_10(ctr, static_cast<std::uint32_t>(seed),
                        static_cast<std::uint32_t>(seed >> 32))
       .v[0];

@@ -47,7 +47,9 @@ CpuFeatures detect() {
   return f;
 }
 #else
-CpuFeatures detect() { return {}; }
+CpuFeatures detect() {
+  return {};
+}
 #endif
 
 }  // namespace
@@ -58,11 +60,16 @@ const CpuFeatures& cpu_features() {
 }
 
 std::string describe(const CpuFeatures& f) {
-  const std::pair<const char*, bool> all[] = {
-      {"sse4.2", f.sse42},         {"avx", f.avx},           {"avx2", f.avx2},
-      {"fma", f.fma},              {"f16c", f.f16c},         {"avx512f", f.avx512f},
-      {"avx512bw", f.avx512bw},    {"avx512vl", f.avx512vl}, {"avx512bf16", f.avx512bf16},
-      {"avx512fp16", f.avx512fp16}};
+  const std::pair<const char*, bool> all[] = {{"sse4.2", f.sse42},
+                                              {"avx", f.avx},
+                                              {"avx2", f.avx2},
+                                              {"fma", f.fma},
+                                              {"f16c", f.f16c},
+                                              {"avx512f", f.avx512f},
+                                              {"avx512bw", f.avx512bw},
+                                              {"avx512vl", f.avx512vl},
+                                              {"avx512bf16", f.avx512bf16},
+                                              {"avx512fp16", f.avx512fp16}};
   std::string found, absent;
   for (const auto& [name, have] : all) {
     std::string& to = have ? found : absent;
@@ -75,21 +82,28 @@ std::string describe(const CpuFeatures& f) {
 
 std::string_view name_of(SimdPath p) {
   switch (p) {
-    case SimdPath::scalar: return "scalar";
-    case SimdPath::avx2: return "avx2";
-    case SimdPath::avx512: return "avx512";
+    case SimdPath::scalar:
+      return "scalar";
+    case SimdPath::avx2:
+      return "avx2";
+    case SimdPath::avx512:
+      return "avx512";
   }
   return "?";
 }
 
 bool available(SimdPath p, const CpuFeatures& f) {
   switch (p) {
-    case SimdPath::scalar: return true;
+    case SimdPath::scalar:
+      return true;
 #if defined(__x86_64__)
-    case SimdPath::avx2: return f.avx2 && f.f16c;
-    case SimdPath::avx512: return f.avx512f && f.avx512bw;
+    case SimdPath::avx2:
+      return f.avx2 && f.f16c;
+    case SimdPath::avx512:
+      return f.avx512f && f.avx512bw;
 #endif
-    default: return false;
+    default:
+      return false;
   }
 }
 

@@ -106,7 +106,8 @@ class RoundingReference {
     };
     for (std::size_t k = 0; k < values_.size(); ++k) {
       add(values_[k]);
-      const double next = k + 1 < values_.size() ? values_[k + 1] : 2 * overflow_threshold() - values_[k];
+      const double next =
+          k + 1 < values_.size() ? values_[k + 1] : 2 * overflow_threshold() - values_[k];
       add((values_[k] + next) / 2);
     }
     return out;

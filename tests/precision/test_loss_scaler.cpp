@@ -149,13 +149,18 @@ TEST_CASE("hysteresis absorbs overflows before the scale starts to drop", "[loss
   LossScaler d(LossScalerConfig{});
   StepDecision first = d.update(true);
   CHECK(first.skip);
-  CHECK(first.reason == "overflow in gradients at loss scale 65536: step skipped, hysteresis 2 -> 1 (the scale stays)");
+  CHECK(first.reason ==
+        "overflow in gradients at loss scale 65536: step skipped, hysteresis 2 -> 1 (the scale "
+        "stays)");
   StepDecision second = d.update(true);
-  CHECK(second.reason == "overflow in gradients at loss scale 65536: step skipped, scale halved to 32768");
+  CHECK(second.reason ==
+        "overflow in gradients at loss scale 65536: step skipped, scale halved to 32768");
 }
 
-TEST_CASE("with consecutive hysteresis a clean step refills it, so isolated overflows never "
-          "lower the scale", "[loss_scaler]") {
+TEST_CASE(
+    "with consecutive hysteresis a clean step refills it, so isolated overflows never "
+    "lower the scale",
+    "[loss_scaler]") {
   // Scale 16, window 3, hysteresis 2. Same flags, both variants.
   LossScalerConfig c = small(3, 2);
   c.consecutive_hysteresis = true;
@@ -191,8 +196,10 @@ TEST_CASE("with consecutive hysteresis a clean step refills it, so isolated over
                   });
 }
 
-TEST_CASE("halving is floored at the minimum scale, and an overflow there with hysteresis spent "
-          "is an error", "[loss_scaler]") {
+TEST_CASE(
+    "halving is floored at the minimum scale, and an overflow there with hysteresis spent "
+    "is an error",
+    "[loss_scaler]") {
   LossScalerConfig c;
   c.initial_scale_power = 3;  // 8
   c.min_loss_scale = 3;
@@ -201,7 +208,8 @@ TEST_CASE("halving is floored at the minimum scale, and an overflow there with h
   CHECK(s.update(true).next_scale == 4);
   const StepDecision floor = s.update(true);  // 4 / 2 = 2 < 3
   CHECK(floor.next_scale == 3);
-  CHECK(floor.reason == "overflow in gradients at loss scale 4: step skipped, scale lowered to its minimum 3");
+  CHECK(floor.reason ==
+        "overflow in gradients at loss scale 4: step skipped, scale lowered to its minimum 3");
   const LossScalerState before = s.state();
   try {
     s.update(true);
@@ -235,7 +243,8 @@ TEST_CASE("with raising turned off, overflows at the minimum scale keep skipping
     const StepDecision d = s.update(true);
     CHECK(d.skip);
     CHECK(d.next_scale == 1);
-    CHECK(d.reason == "overflow in gradients at loss scale 1: step skipped, the scale stays at its minimum 1");
+    CHECK(d.reason ==
+          "overflow in gradients at loss scale 1: step skipped, the scale stays at its minimum 1");
   }
 }
 

@@ -1,6 +1,6 @@
 // The counter-based generator behind stochastic rounding: Philox4x32-10 as published.
-#include <catch2/catch.hpp>
 #include <bit>
+#include <catch2/catch.hpp>
 
 #include "precision/random.hpp"
 
@@ -15,9 +15,13 @@ TEST_CASE("Philox4x32-10 reproduces the Random123 known-answer vectors", "[rando
   };
   const Kat kats[] = {
       {{{0, 0, 0, 0}}, 0, 0, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
-      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}}, 0xffffffff, 0xffffffff,
+      {{{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}},
+       0xffffffff,
+       0xffffffff,
        {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
-      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}}, 0xa4093822, 0x299f31d0,
+      {{{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}},
+       0xa4093822,
+       0x299f31d0,
        {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
   };
   for (const Kat& k : kats) {
@@ -29,7 +33,8 @@ TEST_CASE("Philox4x32-10 reproduces the Random123 known-answer vectors", "[rando
 TEST_CASE("random_bits(seed, index) is the first Philox word for counter (index, 0) and key seed",
           "[random]") {
   const std::uint64_t seed = 0xa4093822299f31d0ull, index = 0x85a308d3243f6a88ull;
-  const Philox4x32Counter r = philox4x32_10({{0x243f6a88, 0x85a308d3, 0, 0}}, 0x299f31d0, 0xa4093822);
+  const Philox4x32Counter r =
+      philox4x32_10({{0x243f6a88, 0x85a308d3, 0, 0}}, 0x299f31d0, 0xa4093822);
   CHECK(random_bits(seed, index) == r.v[0]);
   CHECK(random_bits(0, 0) != random_bits(0, 1));
   CHECK(random_bits(0, 0) != random_bits(1, 0));

@@ -34,16 +34,25 @@ const RoundingReference& fp16_ref() {
 // payloads (signalling and quiet), float's own extremes, and both formats' edges.
 std::vector<float> special_inputs() {
   std::vector<std::uint32_t> patterns = {
-      0x00000000, 0x7f800000,                          // 0, inf
-      0x7fc00000, 0x7f800001, 0x7fbfffff, 0x7fffffff,  // NaNs: quiet, smallest sNaN, largest sNaN, all ones
-      0x7f802000, 0x7fa00000, 0x7fc0ffff, 0x7f80ffff,  // payloads only in dropped bits, or partly
-      0x00000001, 0x007fffff, 0x00800000, 0x7f7fffff,  // float subnormals, FLT_MIN, FLT_MAX
-      0x7f7f0000, 0x7f7f7fff, 0x7f7f8000, 0x7f7f8001,  // bf16 max, below/at/above its overflow tie
-      0x477fe000, 0x477fefff, 0x477ff000, 0x477ff001,  // fp16 max 65504, its overflow tie 65520
-      0x47800000, 0x33800000, 0x33000000, 0x33000001,  // 65536, fp16 min subnormal 2^-24, 2^-25
-      0x32ffffff, 0x387fc000, 0x387fe000, 0x387ff000,  // fp16 max subnormal and the normal boundary
-      0x38800000, 0x3f800000, 0x3f808000, 0x3f818000,  // 2^-14, 1, bf16 ties at 1
-      0x3f800fff, 0x3f801000, 0x3f803000, 0x00008000,  // fp16 ties at 1, a bf16-subnormal tie
+      0x00000000, 0x7f800000,  // 0, inf
+      0x7fc00000, 0x7f800001,
+      0x7fbfffff, 0x7fffffff,  // NaNs: quiet, smallest sNaN, largest sNaN, all ones
+      0x7f802000, 0x7fa00000,
+      0x7fc0ffff, 0x7f80ffff,  // payloads only in dropped bits, or partly
+      0x00000001, 0x007fffff,
+      0x00800000, 0x7f7fffff,  // float subnormals, FLT_MIN, FLT_MAX
+      0x7f7f0000, 0x7f7f7fff,
+      0x7f7f8000, 0x7f7f8001,  // bf16 max, below/at/above its overflow tie
+      0x477fe000, 0x477fefff,
+      0x477ff000, 0x477ff001,  // fp16 max 65504, its overflow tie 65520
+      0x47800000, 0x33800000,
+      0x33000000, 0x33000001,  // 65536, fp16 min subnormal 2^-24, 2^-25
+      0x32ffffff, 0x387fc000,
+      0x387fe000, 0x387ff000,  // fp16 max subnormal and the normal boundary
+      0x38800000, 0x3f800000,
+      0x3f808000, 0x3f818000,  // 2^-14, 1, bf16 ties at 1
+      0x3f800fff, 0x3f801000,
+      0x3f803000, 0x00008000,  // fp16 ties at 1, a bf16-subnormal tie
   };
   std::vector<float> out;
   for (std::uint32_t p : patterns) {
@@ -60,7 +69,8 @@ const std::vector<float>& random_inputs() {
   static const std::vector<float> v = [] {
     std::mt19937 gen(20240601);
     std::vector<float> out(12'000'000);
-    for (std::size_t i = 0; i < 10'000'000; ++i) out[i] = from_bits(static_cast<std::uint32_t>(gen()));
+    for (std::size_t i = 0; i < 10'000'000; ++i)
+      out[i] = from_bits(static_cast<std::uint32_t>(gen()));
     std::uniform_int_distribution<std::uint32_t> exp(97, 145);  // 2^-30 .. 2^18
     for (std::size_t i = 10'000'000; i < out.size(); ++i) {
       const std::uint32_t u = static_cast<std::uint32_t>(gen());
@@ -90,10 +100,12 @@ int count_mismatches(const std::vector<float>& in, const RoundingReference& ref,
 }
 
 int count_bf16(const std::vector<float>& in) {
-  return count_mismatches<bf16>(in, bf16_ref(), [](float x) { return to_bf16(x); }, "to_bf16");
+  return count_mismatches<bf16>(
+      in, bf16_ref(), [](float x) { return to_bf16(x); }, "to_bf16");
 }
 int count_fp16(const std::vector<float>& in) {
-  return count_mismatches<fp16>(in, fp16_ref(), [](float x) { return to_fp16(x); }, "to_fp16");
+  return count_mismatches<fp16>(
+      in, fp16_ref(), [](float x) { return to_fp16(x); }, "to_fp16");
 }
 
 // Every path's bulk result against the scalar function, element by element.
@@ -122,7 +134,8 @@ TEST_CASE("the reference's tie inputs are exact floats, so every tie is really t
       inexact += static_cast<double>(static_cast<float>(mid)) != mid;
     }
     CHECK(inexact == 0);
-    CHECK(static_cast<double>(static_cast<float>(ref->overflow_threshold())) == ref->overflow_threshold());
+    CHECK(static_cast<double>(static_cast<float>(ref->overflow_threshold())) ==
+          ref->overflow_threshold());
   }
   CHECK(fp16_ref().overflow_threshold() == 65520.0);
 }
@@ -180,8 +193,10 @@ TEST_CASE("a NaN narrows to a quiet NaN that keeps its sign and leading payload 
   CHECK(to_fp16(from_bits(0x7fffffffu)).bits == 0x7fff);
 }
 
-TEST_CASE("every SIMD path narrows ties, boundaries, specials and random floats as the scalar "
-          "functions do", "[rne][paths]") {
+TEST_CASE(
+    "every SIMD path narrows ties, boundaries, specials and random floats as the scalar "
+    "functions do",
+    "[rne][paths]") {
   std::vector<float> in = bf16_ref().tie_and_boundary_inputs();
   const auto fp = fp16_ref().tie_and_boundary_inputs();
   in.insert(in.end(), fp.begin(), fp.end());
@@ -210,15 +225,18 @@ TEST_CASE("the reference agrees with the F16C hardware conversion, where the CPU
     WARN("no F16C on this CPU: the hardware cross-check of the reference did not run");
     return;
   }
-  const int wrong = count_mismatches<fp16>(fp16_ref().tie_and_boundary_inputs(), fp16_ref(),
-                                           [](float x) { return fp16{f16c_round(x)}; }, "F16C");
+  const int wrong = count_mismatches<fp16>(
+      fp16_ref().tie_and_boundary_inputs(), fp16_ref(), [](float x) { return fp16{f16c_round(x)}; },
+      "F16C");
   CHECK(wrong == 0);
-  CHECK(count_mismatches<fp16>(random_inputs(), fp16_ref(),
-                               [](float x) { return fp16{f16c_round(x)}; }, "F16C") == 0);
+  CHECK(count_mismatches<fp16>(
+            random_inputs(), fp16_ref(), [](float x) { return fp16{f16c_round(x)}; }, "F16C") == 0);
 }
 
-TEST_CASE("no path depends on the caller's MXCSR (flush-to-zero, denormals-are-zero, rounding "
-          "mode, exception masks)", "[rne][paths]") {
+TEST_CASE(
+    "no path depends on the caller's MXCSR (flush-to-zero, denormals-are-zero, rounding "
+    "mode, exception masks)",
+    "[rne][paths]") {
   std::vector<float> in = fp16_ref().tie_and_boundary_inputs();
   const auto sp = special_inputs();
   in.insert(in.end(), sp.begin(), sp.end());
@@ -253,7 +271,8 @@ TEST_CASE("no path depends on the caller's MXCSR (flush-to-zero, denormals-are-z
 
     CHECK((during & ~0x3fu) == hostile);  // the caller's MXCSR is back, whatever ran inside
     int wrong = 0;
-    for (std::size_t i = 0; i < in.size(); ++i) wrong += nb[i].bits != nb2[i].bits || nh[i].bits != nh2[i].bits;
+    for (std::size_t i = 0; i < in.size(); ++i)
+      wrong += nb[i].bits != nb2[i].bits || nh[i].bits != nh2[i].bits;
     for (std::size_t i = 0; i < h.size(); ++i) wrong += bits(wh[i]) != bits(wh2[i]);
     for (std::size_t i = 0; i < b.size(); ++i) wrong += bits(wb[i]) != bits(wb2[i]);
     CHECK(wrong == 0);
@@ -278,7 +297,8 @@ TEST_CASE("every path narrows all 2^32 floats as the scalar functions do", "[.ex
         wrong += b[i].bits != to_bf16(in[i]).bits;
         wrong += h[i].bits != to_fp16(in[i]).bits;
 #if defined(__x86_64__)
-        if (path == SimdPath::scalar && cpu_features().f16c) wrong += h[i].bits != f16c_round(in[i]);
+        if (path == SimdPath::scalar && cpu_features().f16c)
+          wrong += h[i].bits != f16c_round(in[i]);
 #endif
       }
     }

@@ -1,8 +1,8 @@
 // Stochastic rounding to bf16/fp16: unbiased (exactly, over all random inputs; and within
 // statistics, with the Philox stream), always one of the two neighbours, reproducible from
 // (seed, index), and the same bits on every SIMD path as the scalar functions.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -37,7 +37,8 @@ Neighbours neighbours(const RoundingReference& ref, float x) {
   const double a = std::fabs(static_cast<double>(x));
   const std::size_t k = std::upper_bound(v.begin(), v.end(), a) - v.begin() - 1;
   const double lo = v[k];
-  const double hi = lo == a ? a : (k + 1 < v.size() ? v[k + 1] : std::numeric_limits<double>::infinity());
+  const double hi =
+      lo == a ? a : (k + 1 < v.size() ? v[k + 1] : std::numeric_limits<double>::infinity());
   return x < 0 ? Neighbours{-lo, -hi} : Neighbours{lo, hi};
 }
 
@@ -56,7 +57,8 @@ std::vector<float> floats_with_exponents(std::uint32_t lo, std::uint32_t hi, int
 
 // Only the x with |x| <= the largest finite value: beyond it one neighbour is infinity.
 std::vector<float> finite_range(const RoundingReference& ref, std::vector<float> xs) {
-  std::erase_if(xs, [&](float x) { return std::fabs(static_cast<double>(x)) > ref.values().back(); });
+  std::erase_if(xs,
+                [&](float x) { return std::fabs(static_cast<double>(x)) > ref.values().back(); });
   return xs;
 }
 
@@ -64,8 +66,8 @@ std::vector<float> finite_range(const RoundingReference& ref, std::vector<float>
 // looks at, and require the mean to be x exactly (sums of at most 2^16 values on one grid are
 // exact in double), and every result to be one of x's two neighbours.
 template <class T>
-void check_exact_mean(const std::vector<float>& xs, const RoundingReference& ref, int random_bits_used,
-                      T (*round)(float, std::uint32_t)) {
+void check_exact_mean(const std::vector<float>& xs, const RoundingReference& ref,
+                      int random_bits_used, T (*round)(float, std::uint32_t)) {
   int biased = 0, strays = 0;
   const std::uint32_t n = 1u << random_bits_used;
   for (float x : xs) {
@@ -88,11 +90,12 @@ void check_exact_mean(const std::vector<float>& xs, const RoundingReference& ref
 
 TEST_CASE("bf16 stochastic rounding averages to x exactly over all 2^16 random inputs",
           "[sr][bf16]") {
-  auto xs = floats_with_exponents(1, 254, 300, 1);   // normal floats of every binade
-  auto sub = floats_with_exponents(0, 0, 50, 2);     // float (and bf16) subnormals
+  auto xs = floats_with_exponents(1, 254, 300, 1);  // normal floats of every binade
+  auto sub = floats_with_exponents(0, 0, 50, 2);    // float (and bf16) subnormals
   xs.insert(xs.end(), sub.begin(), sub.end());
-  for (float x : {1.0f, std::nextafter(2.0f, 0.0f), -std::nextafter(1.0f, 0.0f),
-                  std::numeric_limits<float>::min(), from_bits(0x7f7f0000u), from_bits(0x7f7e0001u)})
+  for (float x :
+       {1.0f, std::nextafter(2.0f, 0.0f), -std::nextafter(1.0f, 0.0f),
+        std::numeric_limits<float>::min(), from_bits(0x7f7f0000u), from_bits(0x7f7e0001u)})
     xs.push_back(x);  // binade tops (a carry into the exponent), the largest finite bf16
   check_exact_mean<bf16>(finite_range(bf16_ref(), xs), bf16_ref(), 16, to_bf16_sr);
 }
@@ -111,8 +114,10 @@ TEST_CASE("fp16 stochastic rounding averages to x exactly over all random inputs
   }
 }
 
-TEST_CASE("past the largest finite value, stochastic rounding reaches infinity in proportion "
-          "to the excess", "[sr]") {
+TEST_CASE(
+    "past the largest finite value, stochastic rounding reaches infinity in proportion "
+    "to the excess",
+    "[sr]") {
   // fp16: 65504 + 8 is a quarter of the way to 65536, the value infinity stands for.
   int inf = 0;
   for (std::uint32_t r = 0; r < 8192; ++r) inf += is_inf(to_fp16_sr(65512.0f, r));
@@ -152,8 +157,10 @@ TEST_CASE("stochastic rounding keeps infinities, zeros and NaNs", "[sr]") {
 // their mean within 5/sqrt(K) of 0 and their squares' sum within 5 sqrt(2K) of K, which catches
 // a small bias common to many x that a per-x bound would miss. The seed is fixed, so this is
 // deterministic; a correct implementation fails it with probability below 1e-5.
-TEST_CASE("stochastic rounding with the Philox stream has zero mean error within statistics, "
-          "for bf16 and fp16, fp16 subnormals included", "[sr][statistics]") {
+TEST_CASE(
+    "stochastic rounding with the Philox stream has zero mean error within statistics, "
+    "for bf16 and fp16, fp16 subnormals included",
+    "[sr][statistics]") {
   constexpr std::size_t n = 8192;
   struct Range {
     const char* name;
@@ -161,8 +168,10 @@ TEST_CASE("stochastic rounding with the Philox stream has zero mean error within
     std::uint32_t exp_lo, exp_hi;
   };
   const Range ranges[] = {
-      {"bf16 normal", false, 1, 254},   {"bf16 subnormal", false, 0, 0},
-      {"fp16 normal", true, 113, 142},  {"fp16 subnormal, s <= 24", true, 102, 112},
+      {"bf16 normal", false, 1, 254},
+      {"bf16 subnormal", false, 0, 0},
+      {"fp16 normal", true, 113, 142},
+      {"fp16 subnormal, s <= 24", true, 102, 112},
       {"fp16 subnormal, 24 < s <= 32", true, 94, 101},
   };
   for (SimdPath path : available_paths()) {
@@ -172,8 +181,8 @@ TEST_CASE("stochastic rounding with the Philox stream has zero mean error within
     for (const Range& range : ranges) {
       INFO("path " << name_of(path) << ", " << range.name);
       const RoundingReference& ref = range.fp16 ? fp16_ref() : bf16_ref();
-      const auto xs = finite_range(ref, floats_with_exponents(range.exp_lo, range.exp_hi, 150,
-                                                              range.exp_lo * 7 + 1));
+      const auto xs = finite_range(
+          ref, floats_with_exponents(range.exp_lo, range.exp_hi, 150, range.exp_lo * 7 + 1));
       std::vector<float> in(n);
       std::vector<bf16> b(n);
       std::vector<fp16> h(n);
@@ -183,10 +192,12 @@ TEST_CASE("stochastic rounding with the Philox stream has zero mean error within
         double sum = 0;
         if (range.fp16) {
           convert_sr(std::span<const float>(in), std::span<fp16>(h), 42, offset, path);
-          for (fp16 y : h) sum += to_float(y), strays += to_float(y) != nb.below && to_float(y) != nb.above;
+          for (fp16 y : h)
+            sum += to_float(y), strays += to_float(y) != nb.below && to_float(y) != nb.above;
         } else {
           convert_sr(std::span<const float>(in), std::span<bf16>(b), 42, offset, path);
-          for (bf16 y : b) sum += to_float(y), strays += to_float(y) != nb.below && to_float(y) != nb.above;
+          for (bf16 y : b)
+            sum += to_float(y), strays += to_float(y) != nb.below && to_float(y) != nb.above;
         }
         offset += n;
         const double err = sum / n - x;
@@ -204,8 +215,8 @@ TEST_CASE("stochastic rounding with the Philox stream has zero mean error within
         ++k;
       }
     }
-    INFO("path " << name_of(path) << ": " << k << " values, mean z " << z_sum / k
-                 << ", sum of z^2 " << z2_sum);
+    INFO("path " << name_of(path) << ": " << k << " values, mean z " << z_sum / k << ", sum of z^2 "
+                 << z2_sum);
     CHECK(outliers == 0);
     CHECK(strays == 0);
     CHECK(std::fabs(z_sum / k) < 5 / std::sqrt(k));
@@ -215,7 +226,8 @@ TEST_CASE("stochastic rounding with the Philox stream has zero mean error within
 
 TEST_CASE("stochastic rounding is reproducible from the seed and the element index", "[sr]") {
   std::vector<float> in(1000);
-  for (std::size_t i = 0; i < in.size(); ++i) in[i] = 1.0f + static_cast<float>(i) / 1024;  // off-grid
+  for (std::size_t i = 0; i < in.size(); ++i)
+    in[i] = 1.0f + static_cast<float>(i) / 1024;  // off-grid
   std::vector<bf16> a(in.size()), b(in.size()), c(in.size());
   convert_sr(std::span<const float>(in), std::span<bf16>(a), 7, 100);
   convert_sr(std::span<const float>(in), std::span<bf16>(b), 7, 100);
@@ -243,8 +255,10 @@ TEST_CASE("stochastic rounding is reproducible from the seed and the element ind
   CHECK(a[5].bits == to_bf16_sr(in[5], random_bits(7, 105)).bits);
 }
 
-TEST_CASE("every SIMD path rounds stochastically to the same bits as the scalar functions, "
-          "across the 2^32 and 2^64 index boundaries", "[sr][paths]") {
+TEST_CASE(
+    "every SIMD path rounds stochastically to the same bits as the scalar functions, "
+    "across the 2^32 and 2^64 index boundaries",
+    "[sr][paths]") {
   std::mt19937 gen(99);
   std::vector<float> in(200'003);
   for (std::size_t i = 0; i < in.size(); ++i) {
@@ -266,8 +280,8 @@ TEST_CASE("every SIMD path rounds stochastically to the same bits as the scalar 
         const std::uint32_t r = random_bits(seed, offset + i);
         if ((b[i].bits != to_bf16_sr(in[i], r).bits || h[i].bits != to_fp16_sr(in[i], r).bits) &&
             wrong++ == 0)
-          FAIL_CHECK("element " << i << " (float bits 0x" << std::hex << bits(in[i]) << ") gave bf16 0x"
-                                << b[i].bits << ", fp16 0x" << h[i].bits);
+          FAIL_CHECK("element " << i << " (float bits 0x" << std::hex << bits(in[i])
+                                << ") gave bf16 0x" << b[i].bits << ", fp16 0x" << h[i].bits);
       }
       CHECK(wrong == 0);
     }
