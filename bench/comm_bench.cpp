@@ -32,7 +32,7 @@ std::size_t parse_bytes(const std::string& s) {
   std::size_t end = 0;
   const double v = std::stod(s, &end);
   const std::string unit = s.substr(end);
-  const double mult = unit == "K" || unit == "KiB" ? 1024.0
+  const double mult = unit == "K" || unit == "KiB"   ? 1024.0
                       : unit == "M" || unit == "MiB" ? 1048576.0
                       : unit == "G" || unit == "GiB" ? 1073741824.0
                                                      : 1.0;
@@ -96,8 +96,9 @@ Config parse(int argc, char** argv) {
     } else if (a == "--dtypes") {
       c.dtypes = split_list(next());
     } else {
-      throw Error(cat("unknown argument ", a,
-                      " (use --sizes, --iters, --warmup, --chunk, --depth, --no-verify, --dtypes)"));
+      throw Error(
+          cat("unknown argument ", a,
+              " (use --sizes, --iters, --warmup, --chunk, --depth, --no-verify, --dtypes)"));
     }
   }
   if (c.iters < 1) throw Error("--iters must be >= 1");
@@ -108,7 +109,9 @@ double median(std::vector<double> s) {
   std::sort(s.begin(), s.end());
   return s[s.size() / 2];
 }
-double best(const std::vector<double>& s) { return *std::min_element(s.begin(), s.end()); }
+double best(const std::vector<double>& s) {
+  return *std::min_element(s.begin(), s.end());
+}
 
 double timed(const std::function<void()>& fn) {
   MPI_Barrier(MPI_COMM_WORLD);
@@ -126,16 +129,17 @@ struct Row {
 };
 
 void print(const std::vector<Row>& rows, int N) {
-  std::printf("| size | op | dtype | ours busbw GB/s | raw busbw GB/s | ours/raw (best) | "
-              "ours/raw (median) | ours us (best) | raw us (best) |\n");
+  std::printf(
+      "| size | op | dtype | ours busbw GB/s | raw busbw GB/s | ours/raw (best) | "
+      "ours/raw (median) | ours us (best) | raw us (best) |\n");
   std::printf("|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
   const double f = static_cast<double>(N - 1) / N;
   for (const Row& r : rows) {
     const double bytes = static_cast<double>(r.size);
     const double ours = bytes / best(r.ours) * f / 1e9;
     if (r.raw.empty()) {
-      std::printf("| %s | %s | %s | %.2f | n/a | n/a | n/a | %.1f | n/a |\n",
-                  human(r.size).c_str(), r.op.c_str(), r.dtype.c_str(), ours, best(r.ours) * 1e6);
+      std::printf("| %s | %s | %s | %.2f | n/a | n/a | n/a | %.1f | n/a |\n", human(r.size).c_str(),
+                  r.op.c_str(), r.dtype.c_str(), ours, best(r.ours) * 1e6);
       continue;
     }
     const double raw = bytes / best(r.raw) * f / 1e9;
@@ -156,10 +160,11 @@ int run(int argc, char** argv) {
   const int N = comm->size();
   const std::size_t n = static_cast<std::size_t>(N);
   if (comm->rank() == 0)
-    std::printf("comm_bench: %d ranks, chunk_bytes %zu, pipeline_depth %d, verify %s, %d iters "
-                "each, %d warm-up\n\n",
-                N, cfg.options.chunk_bytes, cfg.options.pipeline_depth,
-                cfg.options.verify ? "on" : "off", cfg.iters, cfg.warmup);
+    std::printf(
+        "comm_bench: %d ranks, chunk_bytes %zu, pipeline_depth %d, verify %s, %d iters "
+        "each, %d warm-up\n\n",
+        N, cfg.options.chunk_bytes, cfg.options.pipeline_depth, cfg.options.verify ? "on" : "off",
+        cfg.iters, cfg.warmup);
 
   std::vector<Row> rows;
   for (std::size_t size : cfg.sizes) {
@@ -170,14 +175,17 @@ int run(int argc, char** argv) {
       if (block == 0) continue;
       const std::size_t total = block * n;
       // Small finite values (1.0 in either type) keep denormals and NaNs out of the timing.
-      std::vector<std::uint32_t> full_words((total * es + 3) / 4, t == DType::f32 ? 0x3f800000u : 0x3f803f80u);
+      std::vector<std::uint32_t> full_words((total * es + 3) / 4,
+                                            t == DType::f32 ? 0x3f800000u : 0x3f803f80u);
       std::vector<std::uint32_t> shard_words((block * es + 3) / 4, 0);
       std::vector<std::uint32_t> gathered_words(full_words.size(), 0);
       const ConstView in{full_words.data(), total, t};
       const View shard{shard_words.data(), block, t};
       const View gathered{gathered_words.data(), total, t};
       const int count = static_cast<int>(block);
-      const MPI_Datatype mt = t == DType::f32 ? MPI_FLOAT : MPI_UINT16_T;
+      // MPI has no bf16: its all-gather moves the same bytes as MPI_BYTE.
+      const MPI_Datatype mt = t == DType::f32 ? MPI_FLOAT : MPI_BYTE;
+      const int raw_count = t == DType::f32 ? count : count * 2;
 
       std::vector<double> rs_ours, rs_raw, ag_ours, ag_raw;
       for (int it = -cfg.warmup; it < cfg.iters; ++it) {
@@ -190,7 +198,8 @@ int run(int argc, char** argv) {
           });
         const double c = timed([&] { comm->all_gather(ConstView(shard), gathered); });
         const double d = timed([&] {
-          MPI_Allgather(shard_words.data(), count, mt, gathered_words.data(), count, mt, raw);
+          MPI_Allgather(shard_words.data(), raw_count, mt, gathered_words.data(), raw_count, mt,
+                        raw);
         });
         if (it < 0) continue;
         rs_ours.push_back(a);
@@ -204,9 +213,11 @@ int run(int argc, char** argv) {
     }
   }
   if (comm->rank() == 0) print(rows, N);
-  if (comm->rank() == 0 && std::find(cfg.dtypes.begin(), cfg.dtypes.end(), "bf16") != cfg.dtypes.end())
-    std::printf("\nbf16 reduce_scatter: MPI has no bf16 sum, so there is no raw figure; ours sums "
-                "in fp32 and rounds once.\n");
+  if (comm->rank() == 0 &&
+      std::find(cfg.dtypes.begin(), cfg.dtypes.end(), "bf16") != cfg.dtypes.end())
+    std::printf(
+        "\nbf16 reduce_scatter: MPI has no bf16 sum, so there is no raw figure; ours sums "
+        "in fp32 and rounds once.\n");
   comm.reset();
   MPI_Comm_free(&raw);
   return 0;

@@ -16,7 +16,7 @@ std::uint64_t all_gather(const Link& link, const AllGatherArgs& a) {
   auto* out = static_cast<std::byte*>(a.out);
   auto block_at = [&](int p) { return out + static_cast<std::size_t>(p) * a.block * es; };
   const std::size_t mine = block_len(a.count, a.block, r) * es;
-  if (mine > 0 && a.in != block_at(r)) std::memcpy(block_at(r), a.in, mine);
+  const auto* in = static_cast<const std::byte*>(a.in);
 
   struct Pending {
     Request req;
@@ -24,23 +24,36 @@ std::uint64_t all_gather(const Link& link, const AllGatherArgs& a) {
     bool recv;
   };
   std::vector<Pending> pending;
-  // Receives first so that every send finds its receive posted; messages of at most
-  // kMaxMessageBytes (MPI counts are int).
+  // Messages of chunk_bytes: each completes soon enough that a wait longer than that really
+  // means a missing peer (see mpi::wait). Receives first, so that sends find them posted.
+  const std::size_t msg = std::clamp<std::size_t>(link.chunk_bytes, 1, kMaxMessageBytes);
   for (int k = 1; k < N; ++k) {
     const int p = (r - k + N) % N;
     const std::size_t bytes = block_len(a.count, a.block, p) * es;
-    for (std::size_t off = 0; off < bytes; off += kMaxMessageBytes)
-      pending.push_back({irecv(block_at(p) + off, std::min(kMaxMessageBytes, bytes - off), p,
-                               kTagAllGather, link.comm),
-                         p, true});
+    for (std::size_t off = 0; off < bytes; off += msg)
+      pending.push_back(
+          {irecv(block_at(p) + off, std::min(msg, bytes - off), p, kTagAllGather, link.comm), p,
+           true});
   }
   std::uint64_t wire = 0;
   for (int k = 1; k < N; ++k) {
     const int p = (r + k) % N;
-    for (std::size_t off = 0; off < mine; off += kMaxMessageBytes) {
-      const std::size_t n = std::min(kMaxMessageBytes, mine - off);
-      pending.push_back({isend(block_at(r) + off, n, p, kTagAllGather, link.comm), p, false});
+    for (std::size_t off = 0; off < mine; off += msg) {
+      const std::size_t n = std::min(msg, mine - off);
+      pending.push_back({isend(in + off, n, p, kTagAllGather, link.comm), p, false});
       wire += n;
+    }
+  }
+  // Our own block moves while the messages are in flight (sends read `in`, not out's copy), in
+  // pieces with progress() between them so that those messages keep moving.
+  if (in != block_at(r)) {
+    for (std::size_t off = 0; off < mine; off += kProgressBytes) {
+      std::memcpy(block_at(r) + off, in + off, std::min(kProgressBytes, mine - off));
+      for (Pending& q : pending)
+        if (q.req.pending()) {
+          q.req.test();
+          break;
+        }
     }
   }
   for (Pending& q : pending)

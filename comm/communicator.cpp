@@ -5,20 +5,28 @@ namespace zero::comm {
 
 std::string_view name_of(Op op) {
   switch (op) {
-    case Op::all_reduce: return "all_reduce";
-    case Op::reduce_scatter: return "reduce_scatter";
-    case Op::all_gather: return "all_gather";
-    case Op::broadcast: return "broadcast";
-    case Op::barrier: return "barrier";
+    case Op::all_reduce:
+      return "all_reduce";
+    case Op::reduce_scatter:
+      return "reduce_scatter";
+    case Op::all_gather:
+      return "all_gather";
+    case Op::broadcast:
+      return "broadcast";
+    case Op::barrier:
+      return "barrier";
   }
   return "?";
 }
 
 std::string_view name_of(ReduceOp op) {
   switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::avg: return "avg";
-    case ReduceOp::max: return "max";
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::avg:
+      return "avg";
+    case ReduceOp::max:
+      return "max";
   }
   return "?";
 }
@@ -53,6 +61,8 @@ void Handle::wait() {
   s->wait();
 }
 
-bool Handle::test() { return !state_ || state_->test(); }
+bool Handle::test() {
+  return !state_ || state_->test();
+}
 
 }  // namespace zero::comm

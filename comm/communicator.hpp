@@ -65,13 +65,34 @@ struct ConstView {
 // Element type to DType, for the span conveniences below.
 template <class T>
 struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };
-template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::i32; };
-template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType::i64; };
-template <> struct dtype_of<std::uint8_t> { static constexpr DType value = DType::u8; };
-template <> struct dtype_of<bf16> { static constexpr DType value = DType::bf16; };
-template <> struct dtype_of<fp16> { static constexpr DType value = DType::f16; };
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct dtype_of<std::int32_t> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct dtype_of<std::int64_t> {
+  static constexpr DType value = DType::i64;
+};
+template <>
+struct dtype_of<std::uint8_t> {
+  static constexpr DType value = DType::u8;
+};
+template <>
+struct dtype_of<bf16> {
+  static constexpr DType value = DType::bf16;
+};
+template <>
+struct dtype_of<fp16> {
+  static constexpr DType value = DType::f16;
+};
 
 template <class T>
 View view(std::span<T> s, Memory m = Memory::host) {
@@ -107,8 +128,8 @@ class Handle {
 
 // Per-operation accounting, per rank. payload_bytes: the size of the whole logical buffer the
 // operation works on (the input of a reduce-scatter, the output of an all-gather, the buffer of an
-// all-reduce or broadcast). wire_bytes: the data bytes this rank itself sent under the algorithm the
-// backend runs (the signature exchange of Options::verify is not counted). Only operations that
+// all-reduce or broadcast). wire_bytes: the data bytes this rank itself sent under the algorithm
+// the backend runs (the signature exchange of Options::verify is not counted). Only operations that
 // completed without error are counted.
 struct OpStats {
   std::uint64_t calls = 0;
@@ -167,14 +188,15 @@ class Communicator {
   // accumulators), for the engine's memory ledger ("comm_buckets").
   virtual std::size_t scratch_bytes_peak() const = 0;
 
-  // Blocking forms.
-  void all_reduce(View buf, ReduceOp op) { all_reduce_async(buf, op).wait(); }
-  void reduce_scatter(ConstView in, View out, ReduceOp op) {
+  // Blocking forms: the same ordering, results and errors as *_async(...).wait(). A backend may
+  // override them to skip its queue when nothing is pending (the MPI backend does).
+  virtual void all_reduce(View buf, ReduceOp op) { all_reduce_async(buf, op).wait(); }
+  virtual void reduce_scatter(ConstView in, View out, ReduceOp op) {
     reduce_scatter_async(in, out, op).wait();
   }
-  void all_gather(ConstView in, View out) { all_gather_async(in, out).wait(); }
-  void broadcast(View buf, int root) { broadcast_async(buf, root).wait(); }
-  void barrier() { barrier_async().wait(); }
+  virtual void all_gather(ConstView in, View out) { all_gather_async(in, out).wait(); }
+  virtual void broadcast(View buf, int root) { broadcast_async(buf, root).wait(); }
+  virtual void barrier() { barrier_async().wait(); }
 };
 
 }  // namespace zero::comm

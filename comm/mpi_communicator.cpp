@@ -103,6 +103,29 @@ class MpiCommunicator final : public Communicator {
   std::string_view backend() const override { return "mpi"; }
 
   Handle reduce_scatter_async(ConstView in, View out, ReduceOp op) override {
+    return submit(reduce_scatter_task(in, out, op));
+  }
+  Handle all_gather_async(ConstView in, View out) override {
+    return submit(all_gather_task(in, out));
+  }
+  Handle all_reduce_async(View buf, ReduceOp op) override {
+    return submit(all_reduce_task(buf, op));
+  }
+  Handle broadcast_async(View buf, int root) override { return submit(broadcast_task(buf, root)); }
+  Handle barrier_async() override { return submit(barrier_task()); }
+
+  void reduce_scatter(ConstView in, View out, ReduceOp op) override {
+    run_now(reduce_scatter_task(in, out, op));
+  }
+  void all_gather(ConstView in, View out) override { run_now(all_gather_task(in, out)); }
+  void all_reduce(View buf, ReduceOp op) override { run_now(all_reduce_task(buf, op)); }
+  void broadcast(View buf, int root) override { run_now(broadcast_task(buf, root)); }
+  void barrier() override { run_now(barrier_task()); }
+
+ private:
+  // The tasks: each validates its arguments at the call (reject() throws) and captures the data
+  // phase as a body for execute().
+  std::shared_ptr<Task> reduce_scatter_task(ConstView in, View out, ReduceOp op) {
     auto t = std::make_shared<Task>();
     t->sig = signature(Call::reduce_scatter, op, in, out);
     if (auto e = mpi::check_reduce_scatter(in, out, op, rank(), size()); !e.empty())
@@ -118,10 +141,10 @@ class MpiCommunicator final : public Communicator {
           link_, {in.data, in.dtype, in.count, out.count, out.data, out.dtype, op, aliases},
           scratch_);
     };
-    return submit(std::move(t));
+    return t;
   }
 
-  Handle all_gather_async(ConstView in, View out) override {
+  std::shared_ptr<Task> all_gather_task(ConstView in, View out) {
     auto t = std::make_shared<Task>();
     t->sig = signature(Call::all_gather, ReduceOp::sum, in, out);
     t->sig.reduce_op = -1;
@@ -131,10 +154,10 @@ class MpiCommunicator final : public Communicator {
     t->body = [this, in, out] {
       return mpi::all_gather(link_, {in.data, out.data, out.count, in.count, size_of(in.dtype)});
     };
-    return submit(std::move(t));
+    return t;
   }
 
-  Handle all_reduce_async(View buf, ReduceOp op) override {
+  std::shared_ptr<Task> all_reduce_task(View buf, ReduceOp op) {
     auto t = std::make_shared<Task>();
     t->sig = signature(Call::all_reduce, op, buf, buf);
     if (auto e = mpi::check_all_reduce(buf, op); !e.empty()) reject(t->sig, e);
@@ -155,10 +178,10 @@ class MpiCommunicator final : public Communicator {
       wire += mpi::all_gather(link_, {out, buf.data, buf.count, block, size_of(buf.dtype)});
       return wire;
     };
-    return submit(std::move(t));
+    return t;
   }
 
-  Handle broadcast_async(View buf, int root) override {
+  std::shared_ptr<Task> broadcast_task(View buf, int root) {
     auto t = std::make_shared<Task>();
     t->sig = signature(Call::broadcast, ReduceOp::sum, buf, buf);
     t->sig.reduce_op = -1;
@@ -167,10 +190,10 @@ class MpiCommunicator final : public Communicator {
     t->op = Op::broadcast;
     t->payload = buf.bytes();
     t->body = [this, buf, root] { return mpi::broadcast(link_, buf.data, buf.bytes(), root); };
-    return submit(std::move(t));
+    return t;
   }
 
-  Handle barrier_async() override {
+  std::shared_ptr<Task> barrier_task() {
     auto t = std::make_shared<Task>();
     t->sig.call = Call::barrier;
     t->op = Op::barrier;
@@ -183,9 +206,10 @@ class MpiCommunicator final : public Communicator {
         return std::uint64_t{0};
       };
     }
-    return submit(std::move(t));
+    return t;
   }
 
+ public:
   std::unique_ptr<Communicator> split(int color, int key) override {
     auto t = std::make_shared<Task>();
     t->sig.call = Call::split;
@@ -197,7 +221,7 @@ class MpiCommunicator final : public Communicator {
                  "MPI_Comm_split");
       return std::uint64_t{0};
     };
-    submit(std::move(t)).wait();
+    run_now(std::move(t));
     if (*made == MPI_COMM_NULL) return nullptr;
     return std::make_unique<MpiCommunicator>(mpi::CommOwner(*made), options_);
   }
@@ -213,6 +237,23 @@ class MpiCommunicator final : public Communicator {
   std::size_t scratch_bytes_peak() const override { return scratch_.peak_bytes(); }
 
  private:
+  // A blocking call with nothing queued or running runs right here, on the calling thread: the
+  // same FIFO position it would take in the queue, without waking the communication thread (a
+  // wake-up and a handoff back cost more than a small collective on a busy machine).
+  void run_now(std::shared_ptr<Task> t) {
+    bool here_and_now = false;
+    {
+      std::lock_guard lock(mu_);
+      if (!broken_.empty()) throw unusable();
+      here_and_now = !busy_ && queue_.empty();
+      if (here_and_now) busy_ = true;
+    }
+    if (!here_and_now) return submit(std::move(t)).wait();
+    execute(*t);
+    idle();
+    if (t->error) std::rethrow_exception(t->error);
+  }
+
   Handle submit(std::shared_ptr<Task> t) {
     {
       std::lock_guard lock(mu_);
@@ -288,11 +329,13 @@ class MpiCommunicator final : public Communicator {
 
  private:
   void idle() {
+    bool more = false;
     {
       std::lock_guard lock(mu_);
       busy_ = false;
+      more = !queue_.empty();
     }
-    cv_.notify_all();
+    if (more) cv_.notify_all();  // only then is there something for the thread to do
   }
 
   void execute(Task& t) {
@@ -308,8 +351,7 @@ class MpiCommunicator final : public Communicator {
     auto context = [&] { return cat(mpi::describe(t.sig), " (collective #", t.sig.seq, ")"); };
     try {
       if (options_.verify) {
-        if (auto mismatch = mpi::agree(link_, t.sig, graveyard_))
-          throw Error(*mismatch, here());
+        if (auto mismatch = mpi::agree(link_, t.sig, graveyard_)) throw Error(*mismatch, here());
       }
       if (t.sig.valid) {
         data_phase = true;
@@ -382,8 +424,9 @@ std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, Options optio
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (!initialised)
-    throw Error("make_mpi_communicator: MPI is not initialised; create a zero::comm::MpiRuntime "
-                "first");
+    throw Error(
+        "make_mpi_communicator: MPI is not initialised; create a zero::comm::MpiRuntime "
+        "first");
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
   if (level < MPI_THREAD_MULTIPLE)
@@ -391,14 +434,14 @@ std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, Options optio
                     " but the MPI backend needs MPI_THREAD_MULTIPLE (its communication thread "
                     "calls MPI); initialise MPI through zero::comm::MpiRuntime"));
   if (!(options.timeout_seconds > 0))
-    throw Error(cat("make_mpi_communicator: timeout_seconds must be > 0, got ",
-                    options.timeout_seconds));
+    throw Error(
+        cat("make_mpi_communicator: timeout_seconds must be > 0, got ", options.timeout_seconds));
   if (options.chunk_bytes == 0 || options.chunk_bytes > mpi::kMaxMessageBytes)
     throw Error(cat("make_mpi_communicator: chunk_bytes must be in [1, ", mpi::kMaxMessageBytes,
                     "], got ", options.chunk_bytes));
   if (options.pipeline_depth < 1)
-    throw Error(cat("make_mpi_communicator: pipeline_depth must be >= 1, got ",
-                    options.pipeline_depth));
+    throw Error(
+        cat("make_mpi_communicator: pipeline_depth must be >= 1, got ", options.pipeline_depth));
   MPI_Comm dup = MPI_COMM_NULL;
   mpi::check(MPI_Comm_dup(comm, &dup), "MPI_Comm_dup");
   return std::make_unique<MpiCommunicator>(mpi::CommOwner(dup), options);

@@ -76,11 +76,28 @@ class Request {
   Kind kind_ = Kind::send;
 };
 
-// Blocks until r completes, polling MPI_Test and yielding the core between polls (oversubscribed
-// ranks and the caller's threads need it; after a few milliseconds it sleeps briefly instead).
+// How long a wait polls without giving up the core (see wait()). Longer than one chunk takes to
+// arrive on a loaded machine; short enough that oversubscribed ranks still take turns.
+inline constexpr double kSpinSeconds = 2e-3;
+
+// Blocks until r completes, polling MPI_Test: spinning for kSpinSeconds, then yielding the core
+// between polls, and sleeping briefly between polls after 50 ms (an absent or stalled peer).
 // Throws TimeoutError "timed out after T s waiting for <what> [rank <peer>]" if r does not complete
 // within timeout_s seconds (peer < 0: no rank is named).
 void wait(Request& r, double timeout_s, std::string_view what, int peer = -1);
+
+// Shared-memory MPI moves a message only while its ranks are inside MPI calls. Long local work
+// (a fold, a copy) is therefore cut into pieces of this many bytes with a progress() between
+// them, so that the transfers in flight keep moving instead of waiting for the next wait().
+inline constexpr std::size_t kProgressBytes = std::size_t{64} << 10;
+// Drives MPI's progress engine by testing the first pending request of `requests`, if any.
+inline void progress(std::span<Request> requests) {
+  for (Request& r : requests)
+    if (r.pending()) {
+      r.test();
+      return;
+    }
+}
 
 // Post one MPI_BYTE message. Callers split buffers into messages of at most kMaxMessageBytes
 // (MPI counts are int).

@@ -9,16 +9,24 @@ namespace zero::comm {
 
 const char* thread_level_name(int level) {
   switch (level) {
-    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
-    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
   }
   return "an unknown MPI thread level";
 }
 
-MpiRuntime::MpiRuntime() { init(nullptr, nullptr); }
-MpiRuntime::MpiRuntime(int& argc, char**& argv) { init(&argc, &argv); }
+MpiRuntime::MpiRuntime() {
+  init(nullptr, nullptr);
+}
+MpiRuntime::MpiRuntime(int& argc, char**& argv) {
+  init(&argc, &argv);
+}
 
 void MpiRuntime::init(int* argc, char*** argv) {
   int initialised = 0, finalised = 0;

@@ -18,7 +18,7 @@ class MpiRuntime {
   MpiRuntime(const MpiRuntime&) = delete;
   MpiRuntime& operator=(const MpiRuntime&) = delete;
 
-  bool owns() const { return owns_; }              // this object initialised MPI
+  bool owns() const { return owns_; }                 // this object initialised MPI
   int thread_level() const { return thread_level_; }  // what MPI provides (MPI_THREAD_*)
 
  private:

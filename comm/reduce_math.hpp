@@ -3,8 +3,8 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "comm/communicator.hpp"
@@ -15,47 +15,64 @@ namespace zero::comm::detail {
 
 // The 16-bit conversions are precision/'s (round-to-nearest-even, the same functions the GPU
 // kernels call); these adapters take and return the raw bit patterns that buffers hold.
-inline float bf16_to_float(std::uint16_t b) { return to_float(bf16{b}); }
-inline std::uint16_t float_to_bf16(float f) { return to_bf16(f).bits; }
-inline float fp16_to_float(std::uint16_t h) { return to_float(fp16{h}); }
-inline std::uint16_t float_to_fp16(float f) { return to_fp16(f).bits; }
+inline float bf16_to_float(std::uint16_t b) {
+  return to_float(bf16{b});
+}
+inline std::uint16_t float_to_bf16(float f) {
+  return to_bf16(f).bits;
+}
+inline float fp16_to_float(std::uint16_t h) {
+  return to_float(fp16{h});
+}
+inline std::uint16_t float_to_fp16(float f) {
+  return to_fp16(f).bits;
+}
 
 // Element type D: its storage T and the accumulator Acc its sums run in (fp32 for the 16-bit
 // floats and fp32, fp64 for fp64, the type itself for integers).
-template <DType D> struct Elem;
-template <> struct Elem<DType::f32> {
+template <DType D>
+struct Elem;
+template <>
+struct Elem<DType::f32> {
   using T = float;
   using Acc = float;
   static Acc load(T x) { return x; }
   static T store(Acc a) { return a; }
 };
-template <> struct Elem<DType::f64> {
+template <>
+struct Elem<DType::f64> {
   using T = double;
   using Acc = double;
   static Acc load(T x) { return x; }
   static T store(Acc a) { return a; }
 };
-template <> struct Elem<DType::bf16> {
+template <>
+struct Elem<DType::bf16> {
   using T = std::uint16_t;
   using Acc = float;
   static Acc load(T x) { return bf16_to_float(x); }
   static T store(Acc a) { return float_to_bf16(a); }
 };
-template <> struct Elem<DType::f16> {
+template <>
+struct Elem<DType::f16> {
   using T = std::uint16_t;
   using Acc = float;
   static Acc load(T x) { return fp16_to_float(x); }
   static T store(Acc a) { return float_to_fp16(a); }
 };
-template <class I> struct IntElem {
+template <class I>
+struct IntElem {
   using T = I;
   using Acc = I;
   static Acc load(T x) { return x; }
   static T store(Acc a) { return a; }
 };
-template <> struct Elem<DType::i32> : IntElem<std::int32_t> {};
-template <> struct Elem<DType::i64> : IntElem<std::int64_t> {};
-template <> struct Elem<DType::u8> : IntElem<std::uint8_t> {};
+template <>
+struct Elem<DType::i32> : IntElem<std::int32_t> {};
+template <>
+struct Elem<DType::i64> : IntElem<std::int64_t> {};
+template <>
+struct Elem<DType::u8> : IntElem<std::uint8_t> {};
 
 // One step of the rank-order fold. Integer sums wrap (computed unsigned: no signed overflow UB);
 // max propagates NaN from either side.

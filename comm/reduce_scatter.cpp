@@ -11,8 +11,12 @@
 namespace zero::comm::mpi {
 namespace {
 
-std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
-std::size_t round_up(std::size_t a, std::size_t to) { return ceil_div(a, to) * to; }
+std::size_t ceil_div(std::size_t a, std::size_t b) {
+  return (a + b - 1) / b;
+}
+std::size_t round_up(std::size_t a, std::size_t to) {
+  return ceil_div(a, to) * to;
+}
 
 }  // namespace
 
@@ -26,8 +30,8 @@ std::uint64_t reduce_scatter(const Link& link, const ReduceScatterArgs& a, Scrat
   const std::size_t out_es = size_of(a.out_type);
   // Elements per chunk: never more than the longest block (block 0), so that small collectives
   // stage only what they move. Every rank derives the same E, so chunks match message by message.
-  const std::size_t E = std::max<std::size_t>(
-      1, std::min(link.chunk_bytes / es, block_len(a.count, a.block, 0)));
+  const std::size_t E =
+      std::max<std::size_t>(1, std::min(link.chunk_bytes / es, block_len(a.count, a.block, 0)));
   const std::size_t D = static_cast<std::size_t>(std::max(1, link.depth));
   const std::size_t peers = static_cast<std::size_t>(N - 1);
   const std::size_t mine = block_len(a.count, a.block, r);
@@ -36,7 +40,8 @@ std::uint64_t reduce_scatter(const Link& link, const ReduceScatterArgs& a, Scrat
 
   // The fold runs in out itself when out can hold fp32/fp64/int accumulators and is not one of
   // the inputs; otherwise in a chunk of accumulators (N <= 2 folds in registers: no accumulator).
-  const bool need_acc = N >= 3 && (a.out_aliases_in || !detail::out_holds_acc(a.in_type, a.out_type));
+  const bool need_acc =
+      N >= 3 && (a.out_aliases_in || !detail::out_holds_acc(a.in_type, a.out_type));
   const std::size_t slot_bytes = round_up(E * es, 64);
   const std::size_t slots_bytes = D * peers * slot_bytes;
   std::byte* base = scratch.get(slots_bytes + (need_acc ? E * detail::acc_bytes(a.in_type) : 0));
@@ -71,30 +76,43 @@ std::uint64_t reduce_scatter(const Link& link, const ReduceScatterArgs& a, Scrat
     const std::size_t n = std::min(E, mine - c * E);
     for (int k = 1; k < N; ++k) {
       const int p = (r - k + N) % N;
-      recvs[slot(c, p)] = irecv(base + slot(c, p) * slot_bytes, n * es, p, kTagReduceScatter,
-                                link.comm);
+      recvs[slot(c, p)] =
+          irecv(base + slot(c, p) * slot_bytes, n * es, p, kTagReduceScatter, link.comm);
     }
   };
 
   for (std::size_t c = 0; c < std::min(D, all_chunks); ++c) post(c);
-  std::vector<const void*> x(static_cast<std::size_t>(N));
+  std::vector<const void*> x(static_cast<std::size_t>(N)), xs(x.size());
   for (std::size_t c = 0; c < all_chunks; ++c) {
     if (c < my_chunks) {
       const std::size_t n = std::min(E, mine - c * E);
       for (int p = 0; p < N; ++p) {
         if (p == r) {
-          x[static_cast<std::size_t>(p)] = in + (static_cast<std::size_t>(r) * a.block + c * E) * es;
+          x[static_cast<std::size_t>(p)] =
+              in + (static_cast<std::size_t>(r) * a.block + c * E) * es;
         } else {
           wait(recvs[slot(c, p)], link.timeout_s, "reduce_scatter data from", p);
           x[static_cast<std::size_t>(p)] = base + slot(c, p) * slot_bytes;
         }
       }
-      fold(x.data(), N, out + c * E * out_es, acc, n);
+      // Fold in pieces, letting the next chunks' transfers progress in between.
+      const std::size_t piece =
+          std::max<std::size_t>(1, kProgressBytes / std::max(es, detail::acc_bytes(a.in_type)));
+      for (std::size_t off = 0; off < n; off += piece) {
+        for (int p = 0; p < N; ++p)
+          xs[static_cast<std::size_t>(p)] =
+              static_cast<const std::byte*>(x[static_cast<std::size_t>(p)]) + off * es;
+        std::byte* acc_at =
+            need_acc ? static_cast<std::byte*>(acc) + off * detail::acc_bytes(a.in_type) : nullptr;
+        fold(xs.data(), N, out + (c * E + off) * out_es, acc_at, std::min(piece, n - off));
+        progress(recvs);
+      }
     }
     // The slots of chunk c are free again: put chunk c + D in flight.
     if (c + D < all_chunks) post(c + D);
   }
-  for (Send& s : sends) wait(s.req, link.timeout_s, "reduce_scatter data to be received by", s.peer);
+  for (Send& s : sends)
+    wait(s.req, link.timeout_s, "reduce_scatter data to be received by", s.peer);
   return wire;
 }
 

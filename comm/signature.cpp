@@ -7,8 +7,11 @@
 namespace zero::comm::mpi {
 
 std::array<std::int64_t, Signature::kFields> Signature::pack() const {
-  return {seq, static_cast<std::int64_t>(call), reduce_op, in_count, out_count,
-          in_type, out_type, root, valid, chunk_bytes};
+  return {seq,       static_cast<std::int64_t>(call),
+          reduce_op, in_count,
+          out_count, in_type,
+          out_type,  root,
+          valid,     chunk_bytes};
 }
 
 Signature Signature::unpack(const std::int64_t* v) {
@@ -81,8 +84,8 @@ std::string mismatch_message(std::span<const Signature> all) {
     }
     it->second.push_back(static_cast<int>(r));
   }
-  const bool seq_differs = std::any_of(all.begin(), all.end(),
-                                       [&](const Signature& s) { return s.seq != all[0].seq; });
+  const bool seq_differs =
+      std::any_of(all.begin(), all.end(), [&](const Signature& s) { return s.seq != all[0].seq; });
   const bool chunk_differs = std::any_of(all.begin(), all.end(), [&](const Signature& s) {
     return s.chunk_bytes != all[0].chunk_bytes;
   });
@@ -135,7 +138,8 @@ std::optional<std::string> agree(const Link& link, const Signature& mine, Gravey
   }
   bool same = true;
   for (int i = 0; i < K; ++i)
-    same = same && e->recv[static_cast<std::size_t>(i)] == -e->recv[static_cast<std::size_t>(K + i)];
+    same =
+        same && e->recv[static_cast<std::size_t>(i)] == -e->recv[static_cast<std::size_t>(K + i)];
   if (same) return std::nullopt;
 
   // Every rank saw the same max/min, so every rank takes this path: gather who called what.

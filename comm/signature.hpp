@@ -18,8 +18,17 @@
 namespace zero::comm::mpi {
 
 // Collective calls a signature can name: the Ops, plus split (also collective over the group).
-enum class Call : std::int64_t { all_reduce, reduce_scatter, all_gather, broadcast, barrier, split };
-inline Call call_of(Op op) { return static_cast<Call>(static_cast<std::int64_t>(op)); }
+enum class Call : std::int64_t {
+  all_reduce,
+  reduce_scatter,
+  all_gather,
+  broadcast,
+  barrier,
+  split
+};
+inline Call call_of(Op op) {
+  return static_cast<Call>(static_cast<std::int64_t>(op));
+}
 
 struct Signature {
   static constexpr int kFields = 10;
@@ -31,7 +40,7 @@ struct Signature {
   std::int64_t in_type = -1;  // DType, or -1
   std::int64_t out_type = -1;
   std::int64_t root = -1;
-  std::int64_t valid = 1;  // 0: the call failed local validation on this rank
+  std::int64_t valid = 1;        // 0: the call failed local validation on this rank
   std::int64_t chunk_bytes = 0;  // Options::chunk_bytes: ranks must cut messages alike
 
   std::array<std::int64_t, kFields> pack() const;

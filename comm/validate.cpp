@@ -50,8 +50,9 @@ std::string check_reduce_scatter(const ConstView& in, const View& out, ReduceOp 
     const auto* own = static_cast<const std::byte*>(in.data) +
                       static_cast<std::size_t>(rank) * out.count * size_of(in.dtype);
     if (in.dtype != out.dtype || out.data != own)
-      return cat("reduce_scatter: out overlaps in; the only overlap allowed is out == this "
-                 "rank's block of in (in.data + rank * out.count elements, same dtype)");
+      return cat(
+          "reduce_scatter: out overlaps in; the only overlap allowed is out == this "
+          "rank's block of in (in.data + rank * out.count elements, same dtype)");
   }
   return {};
 }
@@ -65,14 +66,15 @@ std::string check_all_gather(const ConstView& in, const View& out, int rank, int
     return cat("all_gather: out.count (", out.count, ") must be size() (", size, ") x in.count (",
                in.count, ") = ", n * in.count);
   if (in.dtype != out.dtype)
-    return cat("all_gather: in.dtype (", name_of(in.dtype), ") and out.dtype (",
-               name_of(out.dtype), ") must match (all_gather does not convert)");
+    return cat("all_gather: in.dtype (", name_of(in.dtype), ") and out.dtype (", name_of(out.dtype),
+               ") must match (all_gather does not convert)");
   if (overlap(in.data, in.bytes(), out.data, out.bytes())) {
     const auto* own = static_cast<const std::byte*>(out.data) +
                       static_cast<std::size_t>(rank) * in.count * size_of(in.dtype);
     if (in.data != own)
-      return cat("all_gather: in overlaps out; the only overlap allowed is in == this rank's "
-                 "block of out (out.data + rank * in.count elements)");
+      return cat(
+          "all_gather: in overlaps out; the only overlap allowed is in == this rank's "
+          "block of out (out.data + rank * in.count elements)");
   }
   return {};
 }

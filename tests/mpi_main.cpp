@@ -3,8 +3,8 @@
 // result over the ranks, so that a failure on any rank fails the test.
 #define CATCH_CONFIG_RUNNER
 #define CATCH_CONFIG_NOSTDOUT
-#include <catch2/catch.hpp>
 #include <mpi.h>
+#include <catch2/catch.hpp>
 
 #include <cstdio>
 #include <exception>
@@ -65,9 +65,15 @@ RankStreams& streams() {
 }  // namespace
 
 namespace Catch {
-std::ostream& cout() { return streams().out; }
-std::ostream& cerr() { return streams().err; }
-std::ostream& clog() { return streams().err; }
+std::ostream& cout() {
+  return streams().out;
+}
+std::ostream& cerr() {
+  return streams().err;
+}
+std::ostream& clog() {
+  return streams().err;
+}
 }  // namespace Catch
 
 int main(int argc, char** argv) {

@@ -37,7 +37,8 @@ inline std::unique_ptr<Communicator> world(Options o = test_options()) {
 }
 
 inline std::uint64_t mix(std::uint64_t seed, int rank, std::size_t i) {  // splitmix64
-  std::uint64_t z = seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(rank) * 0xbf58476d1ce4e5b9ull +
+  std::uint64_t z = seed * 0x9e3779b97f4a7c15ull +
+                    static_cast<std::uint64_t>(rank) * 0xbf58476d1ce4e5b9ull +
                     static_cast<std::uint64_t>(i) * 0x94d049bb133111ebull + 0x632be59bd9b4e019ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -47,11 +48,12 @@ inline std::uint64_t mix(std::uint64_t seed, int rank, std::size_t i) {  // spli
 // Reference 16-bit rounding, round-to-nearest-even, by a route other than comm/'s bit tricks.
 inline std::uint16_t ref_to_bf16(float f) {
   if (std::isnan(f)) return 0x7fc0;
-  if (std::isinf(f) || f == 0.0f) return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(f) >> 16);
+  if (std::isinf(f) || f == 0.0f)
+    return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(f) >> 16);
   int e = 0;
-  const double m = std::frexp(static_cast<double>(f), &e);       // f = m 2^e, 0.5 <= |m| < 1
-  const double kept = std::nearbyint(std::ldexp(m, 8));           // 8 significant bits, ties even
-  const float v = static_cast<float>(std::ldexp(kept, e - 8));    // exact, or inf past the top
+  const double m = std::frexp(static_cast<double>(f), &e);      // f = m 2^e, 0.5 <= |m| < 1
+  const double kept = std::nearbyint(std::ldexp(m, 8));         // 8 significant bits, ties even
+  const float v = static_cast<float>(std::ldexp(kept, e - 8));  // exact, or inf past the top
   return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v) >> 16);
 }
 inline float ref_from_bf16(std::uint16_t b) {
@@ -77,16 +79,22 @@ inline float gen_float(std::uint64_t seed, int rank, std::size_t i) {
 inline std::uint64_t input_bits(DType t, std::uint64_t seed, int rank, std::size_t i) {
   const std::uint64_t h = mix(seed, rank, i);
   switch (t) {
-    case DType::f32: return std::bit_cast<std::uint32_t>(gen_float(seed, rank, i));
-    case DType::bf16: return ref_to_bf16(gen_float(seed, rank, i));
-    case DType::f16: return ref_to_fp16(gen_float(seed, rank, i));
+    case DType::f32:
+      return std::bit_cast<std::uint32_t>(gen_float(seed, rank, i));
+    case DType::bf16:
+      return ref_to_bf16(gen_float(seed, rank, i));
+    case DType::f16:
+      return ref_to_fp16(gen_float(seed, rank, i));
     case DType::f64: {
       const double m = static_cast<double>(h >> 11) * 0x1p-53;
       return std::bit_cast<std::uint64_t>(std::ldexp(h & 1 ? -m : m, static_cast<int>(h % 16) - 8));
     }
-    case DType::i32: return static_cast<std::uint32_t>(h);  // full range: sums wrap
-    case DType::i64: return h;
-    case DType::u8: return h & 0xff;
+    case DType::i32:
+      return static_cast<std::uint32_t>(h);  // full range: sums wrap
+    case DType::i64:
+      return h;
+    case DType::u8:
+      return h & 0xff;
   }
   return 0;
 }
@@ -166,9 +174,10 @@ inline std::uint64_t expected_bits(DType in, DType out, ReduceOp op, int N, std:
       std::uint32_t acc = static_cast<std::uint32_t>(input_bits(in, seed, 0, i));
       for (int k = 1; k < N; ++k) {
         const std::uint32_t x = static_cast<std::uint32_t>(input_bits(in, seed, k, i));
-        acc = op == ReduceOp::max ? static_cast<std::uint32_t>(ref_max(
-                                        static_cast<std::int32_t>(acc), static_cast<std::int32_t>(x)))
-                                  : acc + x;
+        acc = op == ReduceOp::max
+                  ? static_cast<std::uint32_t>(
+                        ref_max(static_cast<std::int32_t>(acc), static_cast<std::int32_t>(x)))
+                  : acc + x;
       }
       return acc;
     }
@@ -176,9 +185,10 @@ inline std::uint64_t expected_bits(DType in, DType out, ReduceOp op, int N, std:
       std::uint64_t acc = input_bits(in, seed, 0, i);
       for (int k = 1; k < N; ++k) {
         const std::uint64_t x = input_bits(in, seed, k, i);
-        acc = op == ReduceOp::max ? static_cast<std::uint64_t>(ref_max(
-                                        static_cast<std::int64_t>(acc), static_cast<std::int64_t>(x)))
-                                  : acc + x;
+        acc = op == ReduceOp::max
+                  ? static_cast<std::uint64_t>(
+                        ref_max(static_cast<std::int64_t>(acc), static_cast<std::int64_t>(x)))
+                  : acc + x;
       }
       return acc;
     }
@@ -211,10 +221,10 @@ struct Types {
   DType in, out;
 };
 inline const std::vector<Types>& reduce_types() {
-  static const std::vector<Types> t = {{DType::f32, DType::f32},  {DType::bf16, DType::bf16},
-                                       {DType::f16, DType::f16},  {DType::bf16, DType::f32},
-                                       {DType::f16, DType::f32},  {DType::f64, DType::f64},
-                                       {DType::i32, DType::i32},  {DType::i64, DType::i64}};
+  static const std::vector<Types> t = {{DType::f32, DType::f32}, {DType::bf16, DType::bf16},
+                                       {DType::f16, DType::f16}, {DType::bf16, DType::f32},
+                                       {DType::f16, DType::f32}, {DType::f64, DType::f64},
+                                       {DType::i32, DType::i32}, {DType::i64, DType::i64}};
   return t;
 }
 

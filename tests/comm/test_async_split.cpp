@@ -32,7 +32,8 @@ TEST_CASE("async collectives in flight together complete in issue order with cor
     CHECK(h[i].test());
   }
   for (Handle& x : h) x.wait();
-  CHECK(check_reduced(rs_out, DType::bf16, ReduceOp::sum, N, 111, static_cast<std::size_t>(r) * B) == "");
+  CHECK(check_reduced(rs_out, DType::bf16, ReduceOp::sum, N, 111,
+                      static_cast<std::size_t>(r) * B) == "");
   for (int p = 0; p < N; ++p) {
     const Buf theirs = make_input(DType::f32, B, 112, p);
     for (std::size_t i = 0; i < B; ++i)

@@ -34,7 +34,8 @@ TEST_CASE("all_gather accepts its input as this rank's block of its output (in p
   const std::size_t count = 333;
   Buf out(DType::bf16, N * count);
   const Buf mine = make_input(DType::bf16, count, 72, comm->rank());
-  auto* own = reinterpret_cast<std::byte*>(out.data()) + static_cast<std::size_t>(comm->rank()) * count * 2;
+  auto* own =
+      reinterpret_cast<std::byte*>(out.data()) + static_cast<std::size_t>(comm->rank()) * count * 2;
   std::memcpy(own, mine.data(), count * 2);
   comm->all_gather(ConstView(own, count, DType::bf16), out.view());
   for (int p = 0; p < N; ++p) {
@@ -44,15 +45,16 @@ TEST_CASE("all_gather accepts its input as this rank's block of its output (in p
   }
 }
 
-TEST_CASE("all_reduce equals reduce_scatter then all_gather bitwise, also for counts the rank "
-          "count does not divide") {
+TEST_CASE(
+    "all_reduce equals reduce_scatter then all_gather bitwise, also for counts the rank "
+    "count does not divide") {
   auto comm = world(tiny_chunks());
   const int N = comm->size();
   const int r = comm->rank();
   const std::size_t n = static_cast<std::size_t>(N);
   for (DType t : {DType::f32, DType::bf16, DType::f16, DType::f64, DType::i32, DType::i64}) {
-    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{5}, n * 100 + 3,
-                              std::size_t{1000}}) {
+    for (std::size_t count :
+         {std::size_t{0}, std::size_t{1}, std::size_t{5}, n * 100 + 3, std::size_t{1000}}) {
       CAPTURE(name_of(t), count);
       Buf buf = make_input(t, count, 81, r);
       comm->all_reduce(buf.view(), ReduceOp::sum);

@@ -28,12 +28,14 @@ TEST_CASE("wrong local arguments throw at the call, naming the op and the number
   Buf ag_out(DType::bf16, N * 3);
   CHECK_THROWS_WITH(comm->all_gather(f32_3.cview(), ag_out.view()),
                     Contains("all_gather: in.dtype (fp32) and out.dtype (bf16) must match"));
-  CHECK_THROWS_WITH(comm->all_gather(f32_3.cview(), f32_10.view()),
-                    Contains("all_gather: out.count (10) must be size() (" + n + ") x in.count (3)"));
+  CHECK_THROWS_WITH(
+      comm->all_gather(f32_3.cview(), f32_10.view()),
+      Contains("all_gather: out.count (10) must be size() (" + n + ") x in.count (3)"));
   CHECK_THROWS_WITH(comm->all_reduce(View{nullptr, 4, DType::f32}, ReduceOp::sum),
                     Contains("all_reduce: buf.data is null but buf.count is 4"));
-  CHECK_THROWS_WITH(comm->all_reduce(View{f32_3.data(), 3, DType::f32, Memory::device}, ReduceOp::sum),
-                    Contains("all_reduce: buf is device memory") && Contains("host memory"));
+  CHECK_THROWS_WITH(
+      comm->all_reduce(View{f32_3.data(), 3, DType::f32, Memory::device}, ReduceOp::sum),
+      Contains("all_reduce: buf is device memory") && Contains("host memory"));
   CHECK_THROWS_WITH(comm->broadcast(f32_3.view(), N),
                     Contains("broadcast: root " + n + " is not a rank of this communicator"));
   Buf big(DType::f32, N * 4 + 1);
@@ -56,14 +58,16 @@ TEST_CASE("ranks that pass different sizes or dtypes to a collective all throw, 
   const std::string others = N == 2 ? "rank 0" : (N == 3 ? "ranks 0,1" : "ranks 0,1,2");
   {
     Buf buf(DType::f32, comm->rank() == odd ? 128 : 64);
-    CHECK_THROWS_WITH(comm->all_reduce(buf.view(), ReduceOp::sum),
-                      Contains("mismatch: " + others + " called all_reduce(count=64, fp32, sum) but rank " +
-                               std::to_string(odd) + " called all_reduce(count=128, fp32, sum)"));
+    CHECK_THROWS_WITH(
+        comm->all_reduce(buf.view(), ReduceOp::sum),
+        Contains("mismatch: " + others + " called all_reduce(count=64, fp32, sum) but rank " +
+                 std::to_string(odd) + " called all_reduce(count=128, fp32, sum)"));
   }
   {
     Buf buf(comm->rank() == odd ? DType::bf16 : DType::f32, 64);
-    CHECK_THROWS_WITH(comm->all_reduce(buf.view(), ReduceOp::sum),
-                      Contains("rank " + std::to_string(odd) + " called all_reduce(count=64, bf16, sum)"));
+    CHECK_THROWS_WITH(
+        comm->all_reduce(buf.view(), ReduceOp::sum),
+        Contains("rank " + std::to_string(odd) + " called all_reduce(count=64, bf16, sum)"));
   }
   // Nothing was exchanged, so the communicator stays usable.
   Buf ok = make_input(DType::f32, 9, 202, comm->rank());
@@ -80,7 +84,8 @@ TEST_CASE("a rank calling a different collective makes every rank throw, naming 
   Handle h = comm->rank() == 0
                  ? comm->all_gather_async(ConstView(in.data(), B, DType::bf16), gathered.view())
                  : comm->reduce_scatter_async(in.cview(), shard.view(), ReduceOp::sum);
-  const std::string rs = "called reduce_scatter(count=" + std::to_string(N * B) + ", bf16->fp32, sum)";
+  const std::string rs =
+      "called reduce_scatter(count=" + std::to_string(N * B) + ", bf16->fp32, sum)";
   REQUIRE_THROWS_AS(h.wait(), Error);  // the async form rethrows from wait()
   Handle again = comm->rank() == 0
                      ? comm->all_gather_async(ConstView(in.data(), B, DType::bf16), gathered.view())
@@ -99,15 +104,17 @@ TEST_CASE("a rank whose call fails local checks makes the other ranks throw inst
     CHECK_THROWS_WITH(comm->reduce_scatter(bad_in.cview(), out.view(), ReduceOp::sum),
                       Contains("in.count (10)"));
   } else {
-    CHECK_THROWS_WITH(comm->reduce_scatter(in.cview(), out.view(), ReduceOp::sum),
-                      Contains("rank 0 called reduce_scatter(count=10, out.count=3, fp32->fp32, sum) "
-                               "with invalid arguments"));
+    CHECK_THROWS_WITH(
+        comm->reduce_scatter(in.cview(), out.view(), ReduceOp::sum),
+        Contains("rank 0 called reduce_scatter(count=10, out.count=3, fp32->fp32, sum) "
+                 "with invalid arguments"));
   }
   comm->barrier();
 }
 
-TEST_CASE("a rank that never arrives makes the others time out naming the op and its number, and "
-          "leaves the communicator unusable") {
+TEST_CASE(
+    "a rank that never arrives makes the others time out naming the op and its number, and "
+    "leaves the communicator unusable") {
   Options o = test_options();
   o.timeout_seconds = 0.5;
   auto comm = world(o);
@@ -117,10 +124,11 @@ TEST_CASE("a rank that never arrives makes the others time out naming the op and
   comm->barrier();  // collective #1
   Buf buf(DType::f32, 16);
   if (comm->rank() != late) {
-    CHECK_THROWS_WITH(comm->all_reduce(buf.view(), ReduceOp::sum),
-                      Contains("all_reduce(count=16, fp32, sum) (collective #2) timed out after 0.5 s "
-                               "waiting for every rank to reach it") &&
-                          Contains("now unusable"));
+    CHECK_THROWS_WITH(
+        comm->all_reduce(buf.view(), ReduceOp::sum),
+        Contains("all_reduce(count=16, fp32, sum) (collective #2) timed out after 0.5 s "
+                 "waiting for every rank to reach it") &&
+            Contains("now unusable"));
   } else {
     // By the time it arrives the others have given up: it times out waiting for their data.
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));

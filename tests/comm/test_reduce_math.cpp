@@ -12,7 +12,8 @@ using detail::float_to_fp16;
 using detail::fp16_to_float;
 
 bool same_bits_or_both_nan(float a, float b) {
-  return (std::isnan(a) && std::isnan(b)) || std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
+  return (std::isnan(a) && std::isnan(b)) ||
+         std::bit_cast<std::uint32_t>(a) == std::bit_cast<std::uint32_t>(b);
 }
 
 TEST_CASE("every bf16 and fp16 bit pattern decodes to the float the reference gives") {
@@ -27,11 +28,27 @@ TEST_CASE("every bf16 and fp16 bit pattern decodes to the float the reference gi
 }
 
 TEST_CASE("floats round to bf16 and fp16 to nearest, ties to even, like the reference") {
-  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, 1e6f,
-                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                           0x1p-14f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-26f, 5.9604645e-8f,
-                           1.00390625f /* bf16 tie, even below */, 1.01171875f /* tie, even above */,
-                           1.00048828125f /* fp16 tie */, 3.3895314e38f, 3.4028235e38f};
+  std::vector<float> xs = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           -1.0f,
+                           65504.0f,
+                           65519.99f,
+                           65520.0f,
+                           1e6f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           0x1p-14f,
+                           0x1p-24f,
+                           0x1p-25f,
+                           0x1.8p-25f,
+                           0x1p-26f,
+                           5.9604645e-8f,
+                           1.00390625f /* bf16 tie, even below */,
+                           1.01171875f /* tie, even above */,
+                           1.00048828125f /* fp16 tie */,
+                           3.3895314e38f,
+                           3.4028235e38f};
   for (std::uint64_t i = 0; i < 1'000'000; ++i) {
     const std::uint64_t h = mix(7, 0, i);
     // Random bits, restricted to normal floats for bf16's frexp reference; ties appear often.
@@ -44,13 +61,16 @@ TEST_CASE("floats round to bf16 and fp16 to nearest, ties to even, like the refe
   for (float x : xs) {
     const auto bits = std::bit_cast<std::uint32_t>(x);
     if (std::isnan(x)) {
-      if (!std::isnan(bf16_to_float(float_to_bf16(x))) || !std::isnan(fp16_to_float(float_to_fp16(x))))
+      if (!std::isnan(bf16_to_float(float_to_bf16(x))) ||
+          !std::isnan(fp16_to_float(float_to_fp16(x))))
         first_wrong = cat("NaN 0x", std::hex, bits, " lost its NaN-ness");
     } else if (float_to_fp16(x) != ref_to_fp16(x)) {
-      first_wrong = cat("fp16 of 0x", std::hex, bits, ": 0x", float_to_fp16(x), " vs 0x", ref_to_fp16(x));
+      first_wrong =
+          cat("fp16 of 0x", std::hex, bits, ": 0x", float_to_fp16(x), " vs 0x", ref_to_fp16(x));
     } else if ((std::fpclassify(x) == FP_NORMAL || x == 0 || std::isinf(x)) &&
                float_to_bf16(x) != ref_to_bf16(x)) {
-      first_wrong = cat("bf16 of 0x", std::hex, bits, ": 0x", float_to_bf16(x), " vs 0x", ref_to_bf16(x));
+      first_wrong =
+          cat("bf16 of 0x", std::hex, bits, ": 0x", float_to_bf16(x), " vs 0x", ref_to_bf16(x));
     }
     if (!first_wrong.empty()) break;
   }

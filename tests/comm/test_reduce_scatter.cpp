@@ -40,7 +40,8 @@ TEST_CASE("the test inputs make the summation order visible, so a wrong order wo
     forward = ref_load(DType::f32, input_bits(DType::f32, 11, 0, i));
     for (int k = 1; k < N; ++k) forward += ref_load(DType::f32, input_bits(DType::f32, 11, k, i));
     backward = ref_load(DType::f32, input_bits(DType::f32, 11, N - 1, i));
-    for (int k = N - 2; k >= 0; --k) backward += ref_load(DType::f32, input_bits(DType::f32, 11, k, i));
+    for (int k = N - 2; k >= 0; --k)
+      backward += ref_load(DType::f32, input_bits(DType::f32, 11, k, i));
     differs += forward != backward;
   }
   CHECK(differs > 10);
@@ -66,7 +67,8 @@ TEST_CASE("reduce_scatter of bf16 into fp32 keeps the exact fp32 rank-order sum,
   if (N > 1) CHECK(not_bf16 > 0);
 }
 
-TEST_CASE("reduce_scatter avg divides the fp32 rank-order sum by the rank count, then rounds once") {
+TEST_CASE(
+    "reduce_scatter avg divides the fp32 rank-order sum by the rank count, then rounds once") {
   auto comm = world();
   auto chunked = world(tiny_chunks());
   sweep(*comm, ReduceOp::avg, 31, true);
@@ -146,7 +148,8 @@ TEST_CASE("reduce_scatter in place, into this rank's own block of the input, giv
   for (DType t : {DType::f32, DType::bf16, DType::i64}) {
     CAPTURE(name_of(t));
     Buf buf = make_input(t, N * B, 61, r);
-    auto* own = reinterpret_cast<std::byte*>(buf.data()) + static_cast<std::size_t>(r) * B * size_of(t);
+    auto* own =
+        reinterpret_cast<std::byte*>(buf.data()) + static_cast<std::size_t>(r) * B * size_of(t);
     comm->reduce_scatter(buf.cview(), View{own, B, t}, ReduceOp::sum);
     Buf out(t, B);
     std::memcpy(out.data(), own, B * size_of(t));

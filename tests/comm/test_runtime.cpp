@@ -20,8 +20,9 @@ TEST_CASE("MpiRuntime leaves an MPI that the program already initialised alone")
 }
 
 TEST_CASE("in_mpi_job recognises a launcher's environment variables and nothing else") {
-  const char* vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK",
-                        "MV2_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"};
+  const char* vars[] = {
+      "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_SIZE",
+      "SLURM_STEP_NUM_TASKS"};
   CHECK(in_mpi_job());  // these tests run under mpirun
   std::vector<std::optional<std::string>> saved;
   for (const char* v : vars) {
