@@ -25,10 +25,6 @@ DType working_dtype(Precision p) {
   return DType::f32;
 }
 
-std::int64_t bytes(std::int64_t count, DType t) {
-  return count * static_cast<std::int64_t>(size_of(t));
-}
-
 // Checks that every rank registered the same units: a mismatch would pair collectives of
 // different units and sum unrelated gradients.
 void check_same_layout(comm::Communicator& world, const Layout& layout) {
@@ -325,26 +321,31 @@ void Engine::release(int u) {
   s.unit_state[u] = UnitState::sharded;
 }
 
+namespace {
+
+const ParamLayout& checked_param(const Layout& layout, int p, int rank, const char* what) {
+  if (p < 0 || p >= static_cast<int>(layout.params.size()))
+    throw Error(cat(what, "(", p, "): no such parameter; the model has ", layout.params.size()),
+                {.rank = rank});
+  return layout.params[p];
+}
+
+// Param `pl`'s elements inside the buffer of its unit.
+TensorView param_view(const Slice& unit, const ParamLayout& pl) {
+  return TensorView{static_cast<std::byte*>(unit.data) + bytes(pl.offset, unit.dtype), pl.numel,
+                    unit.dtype, pl.shape};
+}
+
+}  // namespace
+
 TensorView Engine::param(int p) const {
-  const Impl& s = *impl_;
-  if (p < 0 || p >= static_cast<int>(s.layout.params.size()))
-    throw Error(cat("param(", p, "): no such parameter; the model has ", s.layout.params.size()),
-                {.rank = s.rank});
-  const ParamLayout& pl = s.layout.params[p];
-  Slice u = s.params_of_unit(pl.unit);
-  return TensorView{static_cast<std::byte*>(u.data) + bytes(pl.offset, s.work_dtype), pl.numel,
-                    s.work_dtype, pl.shape};
+  const ParamLayout& pl = checked_param(impl_->layout, p, impl_->rank, "param");
+  return param_view(impl_->params_of_unit(pl.unit), pl);
 }
 
 TensorView Engine::grad(int p) {
-  Impl& s = *impl_;
-  if (p < 0 || p >= static_cast<int>(s.layout.params.size()))
-    throw Error(cat("grad(", p, "): no such parameter; the model has ", s.layout.params.size()),
-                {.rank = s.rank});
-  const ParamLayout& pl = s.layout.params[p];
-  Slice u = s.grads_of_unit(pl.unit);
-  return TensorView{static_cast<std::byte*>(u.data) + bytes(pl.offset, s.work_dtype), pl.numel,
-                    s.work_dtype, pl.shape};
+  const ParamLayout& pl = checked_param(impl_->layout, p, impl_->rank, "grad");
+  return param_view(impl_->grads_of_unit(pl.unit), pl);
 }
 
 void Engine::reduce_grads(int u) {

@@ -28,6 +28,10 @@ struct PendingReduce {
   bool active = false;
 };
 
+inline std::int64_t bytes(std::int64_t count, DType t) {
+  return count * static_cast<std::int64_t>(size_of(t));
+}
+
 // A view of `count` elements of `dtype` at element offset `offset` of an allocation.
 struct Slice {
   void* data = nullptr;

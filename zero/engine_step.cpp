@@ -15,10 +15,6 @@ namespace zero {
 
 namespace {
 
-std::int64_t bytes(std::int64_t count, DType t) {
-  return count * static_cast<std::int64_t>(size_of(t));
-}
-
 // What every rank tells every other rank before a step: its part of the squared norm and the
 // digest of the reduce_grads calls it made since the last step.
 struct RankSummary {
