@@ -5,7 +5,8 @@
 //                          [--chunk 1M] [--depth 2] [--no-verify] [--dtypes f32,bf16]
 //
 // size = the whole logical buffer (reduce_scatter input, all_gather output). Each iteration runs
-// ours and raw back to back, each after an MPI_Barrier; an iteration's time is the slowest rank's.
+// ours and raw back to back on the same buffers (alternating which goes first), each after an
+// MPI_Barrier; an iteration's time is the slowest rank's.
 // The table shows the best iteration (what each achieves when the cores are not taken away: the
 // machine this was written on is shared) and, for the ratio, the median too.
 // busbw = size / time * (N-1)/N (nccl-tests: the bandwidth each link must carry).
@@ -188,19 +189,31 @@ int run(int argc, char** argv) {
       const int raw_count = t == DType::f32 ? count : count * 2;
 
       std::vector<double> rs_ours, rs_raw, ag_ours, ag_raw;
-      for (int it = -cfg.warmup; it < cfg.iters; ++it) {
-        const double a = timed([&] { comm->reduce_scatter(in, shard, ReduceOp::sum); });
-        double b = -1;
+      auto ours_rs = [&] { comm->reduce_scatter(in, shard, ReduceOp::sum); };
+      auto raw_rs = [&] {
         if (t == DType::f32)
-          b = timed([&] {
-            MPI_Reduce_scatter_block(full_words.data(), shard_words.data(), count, MPI_FLOAT,
-                                     MPI_SUM, raw);
-          });
-        const double c = timed([&] { comm->all_gather(ConstView(shard), gathered); });
-        const double d = timed([&] {
-          MPI_Allgather(shard_words.data(), raw_count, mt, gathered_words.data(), raw_count, mt,
-                        raw);
-        });
+          MPI_Reduce_scatter_block(full_words.data(), shard_words.data(), count, MPI_FLOAT, MPI_SUM,
+                                   raw);
+      };
+      auto ours_ag = [&] { comm->all_gather(ConstView(shard), gathered); };
+      auto raw_ag = [&] {
+        MPI_Allgather(shard_words.data(), raw_count, mt, gathered_words.data(), raw_count, mt, raw);
+      };
+      for (int it = -cfg.warmup; it < cfg.iters; ++it) {
+        // Alternate which goes first, so that neither always finds the buffers warm in cache.
+        const bool ours_first = it % 2 == 0;
+        double a = 0, b = 0, c = 0, d = 0;
+        if (ours_first) {
+          a = timed(ours_rs);
+          b = timed(raw_rs);
+          c = timed(ours_ag);
+          d = timed(raw_ag);
+        } else {
+          b = timed(raw_rs);
+          a = timed(ours_rs);
+          d = timed(raw_ag);
+          c = timed(ours_ag);
+        }
         if (it < 0) continue;
         rs_ours.push_back(a);
         rs_raw.push_back(b);

@@ -18,7 +18,7 @@ struct AllGatherArgs {
   std::size_t elem_bytes = 1;
 };
 
-// Blocks travel as messages of at most Link::chunk_bytes. Returns the bytes this rank sent
+// Blocks travel as messages of at most 4 x Link::chunk_bytes. Returns the bytes this rank sent
 // ((N-1) x its block). Throws TimeoutError if a peer stalls.
 std::uint64_t all_gather(const Link& link, const AllGatherArgs& args);
 

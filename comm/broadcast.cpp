@@ -28,13 +28,13 @@ std::uint64_t broadcast(const Link& link, void* buf, std::size_t bytes, int root
   sends.reserve(forwards ? chunks : 0);
   std::uint64_t wire = 0;
   for (std::size_t c = 0; c < chunks; ++c) {
-    if (v > 0) wait(recvs[c], link.timeout_s, "broadcast data from", prev);
+    if (v > 0) wait(recvs[c], link.patience, "broadcast data from", prev);
     if (forwards) {
       sends.push_back(isend(data + c * chunk, len(c), next, kTagBroadcast, link.comm));
       wire += len(c);
     }
   }
-  for (Request& s : sends) wait(s, link.timeout_s, "broadcast data to be received by", next);
+  for (Request& s : sends) wait(s, link.patience, "broadcast data to be received by", next);
   return wire;
 }
 

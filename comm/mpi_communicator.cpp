@@ -83,7 +83,7 @@ class MpiCommunicator final : public Communicator {
     link_.comm = comm_.get();
     MPI_Comm_rank(link_.comm, &link_.rank);
     MPI_Comm_size(link_.comm, &link_.size);
-    link_.timeout_s = options.timeout_seconds;
+    link_.patience.timeout_s = options.timeout_seconds;
     link_.chunk_bytes = options.chunk_bytes;
     link_.depth = options.pipeline_depth;
     thread_ = std::thread([this] { run(); });
@@ -202,7 +202,7 @@ class MpiCommunicator final : public Communicator {
       t->body = [this] {
         mpi::Request r(mpi::Request::Kind::collective);
         mpi::check(MPI_Ibarrier(link_.comm, r.slot()), "MPI_Ibarrier");
-        mpi::wait(r, link_.timeout_s, "every rank to reach the barrier");
+        mpi::wait(r, link_.patience, "every rank to reach the barrier");
         return std::uint64_t{0};
       };
     }

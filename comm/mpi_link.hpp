@@ -9,13 +9,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "comm/mpi_request.hpp"
+
 namespace zero::comm::mpi {
 
 struct Link {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0;
   int size = 1;
-  double timeout_s = 600;
+  Patience patience;
   std::size_t chunk_bytes = std::size_t{1} << 20;
   int depth = 2;
 };

@@ -55,7 +55,8 @@ void Request::abandon() noexcept {
   r_ = MPI_REQUEST_NULL;
 }
 
-void wait(Request& r, double timeout_s, std::string_view what, int peer) {
+void wait(Request& r, const Patience& patience, std::string_view what, int peer) {
+  const double timeout_s = patience.timeout_s;
   using clock = std::chrono::steady_clock;
   if (r.test()) return;
   const auto start = clock::now();
@@ -68,12 +69,12 @@ void wait(Request& r, double timeout_s, std::string_view what, int peer) {
     // Spin while the message is probably moments away: shared-memory MPI moves data only while
     // both sides poll, and on a busy machine a yield hands the core to another process for a
     // whole time slice (measured here: a 2 MiB exchange went from 1.4 ms to 10 ms at the median).
-    // Callers cut transfers into chunks, so a wait this long means the peer is not sending
-    // (absent, descheduled, or more ranks than cores): then yield, and past 50 ms sleep, so that
-    // the ranks we wait for get the core.
+    // Callers cut transfers into messages of a few MiB, so a wait longer than that usually means
+    // the peer is not sending (absent, descheduled, or more ranks than cores): then yield, and
+    // past 50 ms sleep, so that the ranks we wait for get the core.
     if (waited >= 50e-3)
       std::this_thread::sleep_for(std::chrono::microseconds(50));
-    else if (waited >= kSpinSeconds)
+    else if (waited >= patience.spin_s)
       std::this_thread::yield();
     if (r.test()) return;
   }

@@ -91,7 +91,7 @@ std::uint64_t reduce_scatter(const Link& link, const ReduceScatterArgs& a, Scrat
           x[static_cast<std::size_t>(p)] =
               in + (static_cast<std::size_t>(r) * a.block + c * E) * es;
         } else {
-          wait(recvs[slot(c, p)], link.timeout_s, "reduce_scatter data from", p);
+          wait(recvs[slot(c, p)], link.patience, "reduce_scatter data from", p);
           x[static_cast<std::size_t>(p)] = base + slot(c, p) * slot_bytes;
         }
       }
@@ -111,8 +111,7 @@ std::uint64_t reduce_scatter(const Link& link, const ReduceScatterArgs& a, Scrat
     // The slots of chunk c are free again: put chunk c + D in flight.
     if (c + D < all_chunks) post(c + D);
   }
-  for (Send& s : sends)
-    wait(s.req, link.timeout_s, "reduce_scatter data to be received by", s.peer);
+  for (Send& s : sends) wait(s.req, link.patience, "reduce_scatter data to be received by", s.peer);
   return wire;
 }
 

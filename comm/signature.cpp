@@ -130,7 +130,7 @@ std::optional<std::string> agree(const Link& link, const Signature& mine, Gravey
                        e->req.slot()),
         "MPI_Iallreduce");
   try {
-    wait(e->req, link.timeout_s,
+    wait(e->req, link.patience,
          "every rank to reach it (a rank never called it, or is stuck before it)");
   } catch (const TimeoutError&) {
     graveyard.bury(std::move(e));
@@ -150,7 +150,7 @@ std::optional<std::string> agree(const Link& link, const Signature& mine, Gravey
                        g->req.slot()),
         "MPI_Iallgather");
   try {
-    wait(g->req, link.timeout_s, "every rank to report its call after a mismatch");
+    wait(g->req, link.patience, "every rank to report its call after a mismatch");
   } catch (const TimeoutError&) {
     graveyard.bury(std::move(g));
     throw;
