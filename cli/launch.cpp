@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/mpi_runtime.hpp"
 #include "zero/error.hpp"
 
 namespace zero::cli {
@@ -25,7 +26,7 @@ int env_int(const char* name) {
 
 // The job size the launcher announced, or 0 if none did.
 int job_size() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}) {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS"}) {
     if (int n = env_int(name); n > 0) return n;
   }
   return 0;
@@ -47,11 +48,7 @@ std::string find_in_path(const std::string& program) {
 
 }  // namespace
 
-bool in_mpi_job() {
-  // srun sets SLURM_NTASKS for the whole allocation too, so only trust it with SLURM_PROCID.
-  return env("OMPI_COMM_WORLD_SIZE") || env("PMI_RANK") || env("PMIX_RANK") ||
-         (env("SLURM_PROCID") && env("SLURM_STEP_ID"));
-}
+bool in_mpi_job() { return comm::in_mpi_job(); }
 
 void ensure_ranks(int ranks, const std::vector<std::string>& argv) {
   if (ranks < 1) throw Error(cat("-n/--ranks must be at least 1, got ", ranks));
