@@ -7,18 +7,13 @@
 #include <random>
 #include <vector>
 
+#include "precision/bits.hpp"
+
 namespace zero::kernels::test {
 
-inline std::uint32_t bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
-inline float from_bits(std::uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-}
+// The bit views precision/ already defines, under the names these tests use.
+inline std::uint32_t bits(float x) { return zero::bits_of(x); }
+inline float from_bits(std::uint32_t u) { return zero::float_of(u); }
 
 // Equal bit patterns, or both NaN (a NaN's payload may differ between two correct evaluations
 // that commute an operation's operands, so tests do not hold payloads to account).
