@@ -150,6 +150,8 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string_view backend() const = 0;  // "mpi" or "nccl"
+  // Where the buffers passed to the collectives must live: host (MPI) or device (NCCL).
+  virtual Memory memory() const { return Memory::host; }
 
   // Non-blocking collectives. Every rank must call them in the same order with the same sizes;
   // a mismatch is detected and reported as zero::Error naming the ranks and the operation.

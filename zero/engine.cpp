@@ -381,6 +381,8 @@ void Engine::reduce_grads(int u) {
 
 double Engine::loss_scale() const { return impl_->scaler ? impl_->scaler->scale() : 1.0; }
 
+Ledger& Engine::ledger() { return impl_->ledger; }
+
 comm::Accounting Engine::comm_accounting() const { return impl_->world.accounting(); }
 void Engine::reset_comm_accounting() { impl_->world.reset_accounting(); }
 
@@ -396,6 +398,7 @@ MemoryReport Engine::memory() const {
   r.optimizer = cur(Category::optimizer_m) + cur(Category::optimizer_v);
   r.buffers = peak(Category::grad_accum) + peak(Category::comm_buckets) +
               peak(Category::gathered) + peak(Category::other);
+  r.activations = peak(Category::activations);
   r.peak_total = r.ledger.peak_total;
   return r;
 }

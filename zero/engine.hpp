@@ -68,7 +68,8 @@ struct MemoryReport {
   std::int64_t grads = 0;      // gradients a stage keeps: full (0, 1) or the reduced shard (2, 3)
   std::int64_t master = 0;     // fp32 master weights
   std::int64_t optimizer = 0;  // Adam m and v
-  std::int64_t buffers = 0;    // everything else at its peak: accumulator, buckets, gathered units
+  std::int64_t buffers = 0;    // engine buffers at their peak: accumulator, buckets, gathered units
+  std::int64_t activations = 0; // peak the trainer recorded under Category::activations
   std::int64_t peak_total = 0; // the most held at once, all categories
   LedgerSnapshot ledger;       // every category, current and peak
   std::int64_t model_states() const { return params + grads + master + optimizer; }
@@ -131,6 +132,9 @@ class Engine {
   std::uint64_t master_checksum();
 
   MemoryReport memory() const;
+  // The ledger every engine buffer is counted in. A trainer may record its own memory here
+  // (ledger().record_external(Category::activations, bytes)) so the report covers the whole rank.
+  Ledger& ledger();
   // Communication of this rank since construction or the last reset.
   comm::Accounting comm_accounting() const;
   void reset_comm_accounting();

@@ -38,6 +38,8 @@ std::string_view name_of(Category c) {
       return "comm_buckets";
     case Category::gathered:
       return "gathered";
+    case Category::activations:
+      return "activations";
     case Category::other:
       return "other";
   }

@@ -25,9 +25,10 @@ enum class Category : std::uint8_t {
   grad_accum,    // fp32 gradient accumulator / reduced grad shard
   comm_buckets,  // reduce buckets and communicator staging
   gathered,      // stage-3 units gathered and in flight
+  activations,   // the trainer's own activations, recorded by it (Ledger::record_external)
   other,         // anything else
 };
-inline constexpr std::size_t kCategoryCount = 9;
+inline constexpr std::size_t kCategoryCount = 10;
 std::string_view name_of(Category c);
 
 // A memory backend. Host: aligned, zeroed heap memory. A CUDA backend (cudaMalloc + cudaMemset)
