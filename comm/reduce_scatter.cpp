@@ -7,6 +7,7 @@
 
 #include "comm/mpi_request.hpp"
 #include "comm/reduce_math.hpp"
+#include "comm/staging.hpp"
 
 namespace zero::comm::mpi {
 namespace {
@@ -19,6 +20,27 @@ std::size_t round_up(std::size_t a, std::size_t to) {
 }
 
 }  // namespace
+
+}  // namespace zero::comm::mpi
+
+namespace zero::comm {
+
+std::size_t reduce_scatter_staging_bytes(std::size_t count, std::size_t block, int ranks,
+                                         DType in, DType out, bool out_aliases_in,
+                                         std::size_t chunk_bytes, int depth) {
+  if (ranks <= 1 || count == 0) return 0;
+  const std::size_t es = size_of(in);
+  const std::size_t E =
+      std::max<std::size_t>(1, std::min(chunk_bytes / es, mpi::block_len(count, block, 0)));
+  const std::size_t D = static_cast<std::size_t>(std::max(1, depth));
+  const std::size_t peers = static_cast<std::size_t>(ranks - 1);
+  const bool need_acc = ranks >= 3 && (out_aliases_in || !detail::out_holds_acc(in, out));
+  return D * peers * mpi::round_up(E * es, 64) + (need_acc ? E * detail::acc_bytes(in) : 0);
+}
+
+}  // namespace zero::comm
+
+namespace zero::comm::mpi {
 
 std::uint64_t reduce_scatter(const Link& link, const ReduceScatterArgs& a, Scratch& scratch) {
   const int N = link.size;
@@ -44,7 +66,9 @@ std::uint64_t reduce_scatter(const Link& link, const ReduceScatterArgs& a, Scrat
       N >= 3 && (a.out_aliases_in || !detail::out_holds_acc(a.in_type, a.out_type));
   const std::size_t slot_bytes = round_up(E * es, 64);
   const std::size_t slots_bytes = D * peers * slot_bytes;
-  std::byte* base = scratch.get(slots_bytes + (need_acc ? E * detail::acc_bytes(a.in_type) : 0));
+  std::byte* base = scratch.get(reduce_scatter_staging_bytes(a.count, a.block, N, a.in_type,
+                                                             a.out_type, a.out_aliases_in,
+                                                             link.chunk_bytes, link.depth));
   void* acc = need_acc ? base + slots_bytes : nullptr;
 
   const auto* in = static_cast<const std::byte*>(a.in);

@@ -77,6 +77,15 @@ void mlp_sample(const MlpShape& s, std::int64_t index, std::span<float> x, std::
   }
 }
 
+std::int64_t mlp_activation_bytes(const MlpShape& s, std::int64_t micro_batch) {
+  const std::int64_t w = s.width, b = micro_batch;
+  const std::int64_t floats = (s.layers + 1) * b * w  // acts_: every layer's input, and the output
+                              + 2 * w * w             // w_, dw_: one layer's weight and gradient
+                              + 3 * b * w             // dz_, dprev_, target_
+                              + 2 * w;                // bias, dbias
+  return floats * static_cast<std::int64_t>(sizeof(float));
+}
+
 MlpTrainer::MlpTrainer(const MlpShape& shape, std::int64_t micro_batch)
     : shape_(shape), batch_(micro_batch) {
   if (batch_ < 1) throw Error(cat("micro-batch must be >= 1, got ", batch_));
@@ -91,6 +100,10 @@ MlpTrainer::MlpTrainer(const MlpShape& shape, std::int64_t micro_batch)
 
 double MlpTrainer::micro_batch(Engine& engine, std::int64_t first) {
   const int L = shape_.layers, W = shape_.width, B = static_cast<int>(batch_);
+  if (recorded_in_ != &engine.ledger()) {
+    engine.ledger().record_external(Category::activations, mlp_activation_bytes(shape_, batch_));
+    recorded_in_ = &engine.ledger();
+  }
   for (int i = 0; i < B; ++i)
     mlp_sample(shape_, first + i, std::span(acts_[0]).subspan(i * W, W),
                std::span(target_).subspan(i * W, W));
@@ -135,9 +148,10 @@ double MlpTrainer::micro_batch(Engine& engine, std::int64_t first) {
       const float* a = acts_[l].data();  // tanh output of the previous layer
       for (int i = 0; i < B * W; ++i) dz_[i] = dprev_[i] * (1.0f - a[i] * a[i]);
     }
-    engine.release(l);
+    // The documented order: gradients written while the unit is gathered, then release.
     from_f32(dw_.data(), engine.grad(2 * l));
     from_f32(dbias.data(), engine.grad(2 * l + 1));
+    engine.release(l);
     engine.reduce_grads(l);
   }
   return loss;

@@ -31,14 +31,21 @@ void mlp_sample(const MlpShape& shape, std::int64_t index, std::span<float> x, s
 // backward (gather, gradients into engine.grad, release, reduce_grads per unit, last first).
 // `first` is the global index of the micro-batch's first sample; returns the mean loss over it
 // (0.5 * squared error averaged over samples and outputs), unscaled.
+// The trainer's own buffers for a micro-batch of `micro_batch` samples (activations of every
+// layer, the fp32 weight and gradient of one layer, the loss gradient and targets): what it
+// records in the engine's ledger under Category::activations, and what the planner is told.
+std::int64_t mlp_activation_bytes(const MlpShape& shape, std::int64_t micro_batch);
+
 class MlpTrainer {
  public:
   MlpTrainer(const MlpShape& shape, std::int64_t micro_batch);
+  // The first call with an engine records mlp_activation_bytes in its ledger (activations).
   double micro_batch(Engine& engine, std::int64_t first);
 
  private:
   MlpShape shape_;
   std::int64_t batch_;
+  const Ledger* recorded_in_ = nullptr;
   std::vector<std::vector<float>> acts_;  // acts_[l]: input of layer l; acts_[L]: output
   std::vector<float> w_, dz_, dprev_, dw_, target_;
 };

@@ -202,6 +202,7 @@ void Engine::Impl::finish_reduce(int u) {
                     layout.units[u].name, "']"));
   }
   p.handles.clear();
+  record_comm_scratch();
   p.unit_grads.reset();
   p.block.reset();
   p.active = false;
@@ -213,6 +214,15 @@ void Engine::Impl::finish_reduce(int u) {
                                       : slice(reduced, reduce_dtype, off, n);
     float* acc = accum.as<float>().data() + off;
     accumulate_into(acc, src.data, src.dtype, n);
+  }
+}
+
+void Engine::Impl::record_comm_scratch() {
+  // The communicator's staging only grows; count what it grew by since the last look.
+  const auto now = static_cast<std::int64_t>(world.scratch_bytes_peak());
+  if (now > comm_scratch_recorded) {
+    ledger.record_external(Category::comm_buckets, now - comm_scratch_recorded, world.memory());
+    comm_scratch_recorded = now;
   }
 }
 
@@ -306,10 +316,32 @@ void Engine::gather(int u) {
     s.gather_handle[u].wait();
     s.unit_state[u] = UnitState::gathered;
   }
-  const int next = backward ? u - 1 : u + 1;
-  if (next >= 0 && next < static_cast<int>(s.layout.units.size()) &&
-      s.unit_state[next] == UnitState::sharded && !s.layout.units[next].persistent)
-    s.issue_gather(next);
+  s.prefetch_from(u, backward ? -1 : +1);
+}
+
+void Engine::Impl::prefetch_from(int u, int dir) {
+  // Prefetch window (DeepSpeed's stage3_prefetch_bucket_size): the units after u in the direction
+  // of travel whose padded sizes add up to at most prefetch_bucket_size elements, and never more
+  // gathered elements at once than stage3_max_live_parameters. Both count padded elements.
+  const std::int64_t window = config.zero.stage3_prefetch_bucket_size;
+  std::int64_t live = 0;
+  for (std::size_t v = 0; v < layout.units.size(); ++v)
+    if (!layout.units[v].persistent && unit_state[v] != UnitState::sharded)
+      live += layout.units[v].padded_numel;
+  std::int64_t ahead = 0;
+  for (int v = u + dir; v >= 0 && v < static_cast<int>(layout.units.size()); v += dir) {
+    const auto& V = layout.units[v];
+    if (V.persistent) continue;
+    if (unit_state[v] != UnitState::sharded) {  // already on its way: counts toward the window
+      ahead += V.padded_numel;
+      continue;
+    }
+    if (ahead + V.padded_numel > window || live + V.padded_numel > config.zero.stage3_max_live_parameters)
+      break;
+    issue_gather(v);
+    ahead += V.padded_numel;
+    live += V.padded_numel;
+  }
 }
 
 void Engine::release(int u) {
@@ -376,7 +408,11 @@ void Engine::reduce_grads(int u) {
   s.grads_fresh[u] = false;
   ++s.reduce_count[u];
   s.reduce_log.push_back(u);
-  if (!s.config.zero.overlap_comm) s.finish_reduce(u);
+  // With overlap_comm, unit u's reduction runs while the trainer computes the next unit; the one
+  // before it is finished now, so at most one reduction (and its gradient buffer) is in flight
+  // and stages 2-3 never hold more than two units' gradients. Without overlap: finish it here.
+  for (int v = 0; v < static_cast<int>(s.pending.size()); ++v)
+    if (v != u || !s.config.zero.overlap_comm) s.finish_reduce(v);
 }
 
 double Engine::loss_scale() const { return impl_->scaler ? impl_->scaler->scale() : 1.0; }

@@ -102,6 +102,9 @@ struct Engine::Impl {
   Slice params_of_unit(int u) const; // full working params of a gathered/persistent unit
   Slice grads_of_unit(int u);        // the unit's gradient buffer (allocated if needed)
   void all_gather_params(int u, const Slice& shard_values);  // stages 1-2 and persistent units
+  void prefetch_from(int u, int dir);  // stage 3: gathers ahead of u (dir +1 forward, -1 back)
+  void record_comm_scratch();          // counts the communicator's staging growth in the ledger
+  std::int64_t comm_scratch_recorded = 0;
 };
 
 }  // namespace zero

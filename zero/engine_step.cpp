@@ -1,5 +1,6 @@
 // Engine::step(): wait for the reductions, agree across ranks on the call order and the global
 // gradient norm, then skip (overflow) or update: clip, AdamW on each shard, cast, all-gather.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -71,23 +72,29 @@ StepReport Engine::step() {
   // 2. The fp32 gradient of each unit's optimizer region, and this rank's part of the norm,
   //    computed over its own shard of each unit in unit order (the same elements and the same
   //    order on every stage, so the norm is bitwise the same on every stage).
-  std::vector<Allocation> g32(static_cast<std::size_t>(nu));
-  std::vector<const float*> grad_of(static_cast<std::size_t>(nu));
+  // The fp32 gradient of unit u's optimizer region: the accumulator, the reduced buffer itself
+  // when it is fp32 already, or else a conversion into one unit-sized scratch (done again in the
+  // update pass: converting twice costs far less than an fp32 copy of every gradient at once).
+  const DType src_dtype = s.reduced_aliases_grads ? s.work_dtype : s.reduce_dtype;
+  Allocation scratch;
+  if (s.accumulation == 1 && src_dtype != DType::f32) {
+    std::int64_t most = 0;
+    for (int u = 0; u < nu; ++u) most = std::max(most, s.state_count(u));
+    scratch = s.ledger.allocate(Category::grad_accum, bytes(most, DType::f32));
+  }
+  auto grad_f32 = [&](int u) -> const float* {
+    const std::int64_t off = s.reduced_offset(u), n = s.state_count(u);
+    if (s.accumulation > 1) return s.accum.as<float>().data() + off;
+    const void* src = s.reduced_aliases_grads ? slice(s.grads_full, s.work_dtype, off, n).data
+                                              : slice(s.reduced, s.reduce_dtype, off, n).data;
+    if (src_dtype == DType::f32) return static_cast<const float*>(src);
+    load_to_f32(scratch.as<float>().data(), src, src_dtype, n);
+    return scratch.as<float>().data();
+  };
   RankSummary mine;
   for (int u = 0; u < nu; ++u) {
     const auto& U = s.layout.units[u];
-    const std::int64_t off = s.reduced_offset(u), n = s.state_count(u);
-    if (s.accumulation > 1) {
-      grad_of[u] = s.accum.as<float>().data() + off;
-    } else {
-      g32[u] = s.ledger.allocate(Category::grad_accum, bytes(n, DType::f32));
-      const void* src = s.reduced_aliases_grads
-                            ? slice(s.grads_full, s.work_dtype, off, n).data
-                            : slice(s.reduced, s.reduce_dtype, off, n).data;
-      load_to_f32(g32[u].as<float>().data(), src, s.reduced_aliases_grads ? s.work_dtype : s.reduce_dtype, n);
-      grad_of[u] = g32[u].as<float>().data();
-    }
-    const float* own = grad_of[u] + (s.policy.gather_grads ? U.shard_range(s.rank).begin : 0);
+    const float* own = grad_f32(u) + (s.policy.gather_grads ? U.shard_range(s.rank).begin : 0);
     mine.squared_norm += kernels::cpu::squared_norm(std::span(own, U.shard_numel));
   }
   mine.order = 1469598103934665603ull;
@@ -196,7 +203,7 @@ StepReport Engine::step() {
   for (int u = 0; u < nu; ++u) {
     const auto& U = s.layout.units[u];
     const std::int64_t off = s.state_offset(u), n = s.state_count(u);
-    std::span<const float> g(grad_of[u], n);
+    std::span<const float> g(grad_f32(u), n);
     if (!s.policy.shard_optimizer) {
       Slice out = slice(s.params_full, s.work_dtype, U.offset, U.padded_numel);
       update(off, n, g, out);
@@ -209,7 +216,6 @@ StepReport Engine::step() {
       update(off, n, g, out);
       s.all_gather_params(u, out);
     }
-    g32[u].reset();
   }
   ++s.applied_steps;
   rep.step = s.applied_steps;
