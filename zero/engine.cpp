@@ -90,8 +90,10 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
   gathered.resize(nu);
   unit_state.assign(nu, UnitState::gathered);
   gather_handle.resize(nu);
+  params_alias_master = work_dtype == DType::f32 && (!policy.shard_optimizer || policy.shard_params);
   if (policy.shard_params) {
-    params_shard = ledger.allocate(Category::params, bytes(layout.shard_numel, work_dtype));
+    if (!params_alias_master)
+      params_shard = ledger.allocate(Category::params, bytes(layout.shard_numel, work_dtype));
     for (std::size_t u = 0; u < nu; ++u) {
       if (layout.units[u].persistent) {
         gathered[u] = ledger.allocate(Category::params, bytes(layout.units[u].padded_numel, work_dtype));
@@ -99,7 +101,7 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
         unit_state[u] = UnitState::sharded;
       }
     }
-  } else {
+  } else if (!params_alias_master) {
     params_full = ledger.allocate(Category::params, bytes(layout.padded_numel, work_dtype));
   }
 
@@ -170,7 +172,7 @@ Slice Engine::Impl::params_of_unit(int u) const {
                   {.rank = rank, .unit = u});
     return slice(gathered[u], work_dtype, 0, U.padded_numel);
   }
-  return slice(params_full, work_dtype, U.offset, U.padded_numel);
+  return slice(full_params(), work_dtype, U.offset, U.padded_numel);
 }
 
 Slice Engine::Impl::grads_of_unit(int u) {
@@ -229,7 +231,7 @@ void Engine::Impl::record_comm_scratch() {
 void Engine::Impl::issue_gather(int u) {
   const auto& U = layout.units[u];
   gathered[u] = ledger.allocate(Category::gathered, bytes(U.padded_numel, work_dtype));
-  Slice shard = slice(params_shard, work_dtype, U.shard_offset, U.shard_numel);
+  Slice shard = slice(shard_params(), work_dtype, U.shard_offset, U.shard_numel);
   gather_handle[u] = world.all_gather_async(shard.cview(),
                                             slice(gathered[u], work_dtype, 0, U.padded_numel).view());
   unit_state[u] = UnitState::gathering;
@@ -238,7 +240,7 @@ void Engine::Impl::issue_gather(int u) {
 void Engine::Impl::all_gather_params(int u, const Slice& shard_values) {
   const auto& U = layout.units[u];
   Slice full = policy.shard_params ? slice(gathered[u], work_dtype, 0, U.padded_numel)
-                                   : slice(params_full, work_dtype, U.offset, U.padded_numel);
+                                   : slice(full_params(), work_dtype, U.offset, U.padded_numel);
   world.all_gather(shard_values.cview(), full.view());
 }
 
@@ -292,9 +294,11 @@ void Engine::init_params(const std::function<void(int, std::span<float>)>& fill)
     const int ui = static_cast<int>(u);
     const float* src = master.data() + s.state_offset(ui);
     if (!s.policy.shard_optimizer) {
-      store_from_f32(slice(s.params_full, s.work_dtype, U.offset, U.padded_numel), src);
+      if (!s.params_alias_master)
+        store_from_f32(slice(s.params_full, s.work_dtype, U.offset, U.padded_numel), src);
     } else if (s.policy.shard_params && !U.persistent) {
-      store_from_f32(slice(s.params_shard, s.work_dtype, U.shard_offset, U.shard_numel), src);
+      if (!s.params_alias_master)
+        store_from_f32(slice(s.params_shard, s.work_dtype, U.shard_offset, U.shard_numel), src);
     } else {
       Allocation tmp = s.ledger.allocate(Category::comm_buckets, bytes(U.shard_numel, s.work_dtype));
       Slice shard = slice(tmp, s.work_dtype, 0, U.shard_numel);
@@ -432,10 +436,9 @@ MemoryReport Engine::memory() const {
   r.grads = cur(Category::grads);
   r.master = cur(Category::master);
   r.optimizer = cur(Category::optimizer_m) + cur(Category::optimizer_v);
-  r.buffers = peak(Category::grad_accum) + peak(Category::comm_buckets) +
-              peak(Category::gathered) + peak(Category::other);
   r.activations = peak(Category::activations);
   r.peak_total = r.ledger.peak_total;
+  r.buffers = r.peak_total - r.model_states() - r.activations;
   return r;
 }
 

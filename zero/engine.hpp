@@ -68,9 +68,11 @@ struct MemoryReport {
   std::int64_t grads = 0;      // gradients a stage keeps: full (0, 1) or the reduced shard (2, 3)
   std::int64_t master = 0;     // fp32 master weights
   std::int64_t optimizer = 0;  // Adam m and v
-  std::int64_t buffers = 0;    // engine buffers at their peak: accumulator, buckets, gathered units
-  std::int64_t activations = 0; // peak the trainer recorded under Category::activations
+  std::int64_t activations = 0; // what the trainer recorded under Category::activations
   std::int64_t peak_total = 0; // the most held at once, all categories
+  // Everything else held at that peak: peak_total - model states - activations (the fp32
+  // accumulator, gradient buffers in flight, gathered units, comm staging, step scratch).
+  std::int64_t buffers = 0;
   LedgerSnapshot ledger;       // every category, current and peak
   std::int64_t model_states() const { return params + grads + master + optimizer; }
 };

@@ -67,6 +67,11 @@ struct Engine::Impl {
   // Working params: full (stages 0-2), or the shard of every unit (stage 3) plus, per unit,
   // the gathered buffer while gathered (persistent units: always).
   Allocation params_full, params_shard;
+  // fp32 training at stages 0 and 3: the working params (full, or the shard) are the fp32 master
+  // buffer itself, updated in place; no copy is allocated. params() gives the buffer either way.
+  bool params_alias_master = false;
+  const Allocation& full_params() const { return params_alias_master ? master : params_full; }
+  const Allocation& shard_params() const { return params_alias_master ? master : params_shard; }
   std::vector<Allocation> gathered;
   std::vector<UnitState> unit_state;
   std::vector<comm::Handle> gather_handle;

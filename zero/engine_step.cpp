@@ -197,7 +197,8 @@ StepReport Engine::step() {
       case DType::f16: kernels::cpu::adamw_step(p, mm, vv, g, st, std::span(static_cast<fp16*>(out.data), n)); break;
       default:
         kernels::cpu::adamw_step(p, mm, vv, g, st);
-        std::memcpy(out.data, p.data(), static_cast<std::size_t>(bytes(n, DType::f32)));
+        if (out.data != p.data())  // fp32 params that are the master (stages 0, 3) need no copy
+          std::memcpy(out.data, p.data(), static_cast<std::size_t>(bytes(n, DType::f32)));
     }
   };
   for (int u = 0; u < nu; ++u) {
@@ -205,10 +206,10 @@ StepReport Engine::step() {
     const std::int64_t off = s.state_offset(u), n = s.state_count(u);
     std::span<const float> g(grad_f32(u), n);
     if (!s.policy.shard_optimizer) {
-      Slice out = slice(s.params_full, s.work_dtype, U.offset, U.padded_numel);
+      Slice out = slice(s.full_params(), s.work_dtype, U.offset, U.padded_numel);
       update(off, n, g, out);
     } else if (s.policy.shard_params && !U.persistent) {
-      Slice out = slice(s.params_shard, s.work_dtype, U.shard_offset, U.shard_numel);
+      Slice out = slice(s.shard_params(), s.work_dtype, U.shard_offset, U.shard_numel);
       update(off, n, g, out);
     } else {
       Allocation tmp = s.ledger.allocate(Category::comm_buckets, bytes(n, s.work_dtype));

@@ -13,5 +13,6 @@
 #include "zero/engine.hpp"
 #include "zero/layout.hpp"
 #include "zero/ledger.hpp"
+#include "zero/planner.hpp"
 #include "zero/schedule.hpp"
 #include "zero/error.hpp"

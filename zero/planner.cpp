@@ -1,0 +1,603 @@
+// The memory planner (zero/planner.hpp). It follows the engine's allocation rules (zero/engine.cpp,
+// zero/engine_step.cpp) term by term: the persistent buffers from the layout, and the transient
+// ones by replaying the engine's allocations for the documented call order (forward: gather,
+// release; backward: gather, grads, release, reduce_grads; then step) and keeping the peak.
+// A change to what the engine allocates must change this file too; tests/zero/test_planner.cpp
+// compares both, byte for byte, at every stage and at 1 to 4 ranks.
+#include "zero/planner.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+#include "comm/staging.hpp"
+#include "zero/error.hpp"
+#include "zero/stage_policy.hpp"
+
+namespace zero {
+namespace {
+
+std::int64_t work_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
+
+DType work_dtype(Precision p) {
+  switch (p) {
+    case Precision::bf16: return DType::bf16;
+    case Precision::fp16: return DType::f16;
+    case Precision::fp32: return DType::f32;
+  }
+  return DType::f32;
+}
+
+std::string with_commas(std::int64_t v) {
+  std::string s = std::to_string(v < 0 ? -v : v), out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i > 0 && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return v < 0 ? "-" + out : out;
+}
+
+// Replays the engine's transient allocations and keeps the most held at once.
+struct Replay {
+  std::int64_t current = 0;
+  std::int64_t peak = 0;
+  void alloc(std::int64_t b) {
+    current += b;
+    peak = std::max(peak, current);
+  }
+  void free(std::int64_t b) { current -= b; }
+};
+
+}  // namespace
+
+// --- models ----------------------------------------------------------------------------------
+
+std::optional<GptShape> gpt_preset(std::string_view name) {
+  auto gpt = [](int layers, int hidden, int heads, int seq) {
+    GptShape s;
+    s.layers = layers;
+    s.hidden = hidden;
+    s.heads = heads;
+    s.seq_len = seq;
+    return s;
+  };
+  // GPT-2 (Radford et al. 2019) and the GPT-3 paper's Table 2.1 (Brown et al. 2020). The 13B
+  // row's d_model is printed as 5140 there, which 40 heads do not divide; 5120 is what was meant.
+  static const std::map<std::string, GptShape, std::less<>> presets = {
+      {"gpt2-small", gpt(12, 768, 12, 1024)},   {"gpt2-medium", gpt(24, 1024, 16, 1024)},
+      {"gpt2-large", gpt(36, 1280, 20, 1024)},  {"gpt2-xl", gpt(48, 1600, 25, 1024)},
+      {"gpt3-125m", gpt(12, 768, 12, 2048)},    {"gpt3-350m", gpt(24, 1024, 16, 2048)},
+      {"gpt3-760m", gpt(24, 1536, 16, 2048)},   {"gpt3-1.3b", gpt(24, 2048, 16, 2048)},
+      {"gpt3-2.7b", gpt(32, 2560, 32, 2048)},   {"gpt3-6.7b", gpt(32, 4096, 32, 2048)},
+      {"gpt3-13b", gpt(40, 5120, 40, 2048)},    {"gpt3-175b", gpt(96, 12288, 96, 2048)},
+  };
+  auto it = presets.find(name);
+  if (it == presets.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::string> gpt_preset_names() {
+  return {"gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl",   "gpt3-125m", "gpt3-350m",
+          "gpt3-760m",  "gpt3-1.3b",   "gpt3-2.7b",  "gpt3-6.7b", "gpt3-13b",  "gpt3-175b"};
+}
+
+namespace {
+
+void check_gpt(const GptShape& s) {
+  auto need = [](bool ok, const char* what, std::int64_t v) {
+    if (!ok) throw Error(cat("GPT shape: ", what, " must be >= 1, got ", v));
+  };
+  need(s.layers >= 1, "layers", s.layers);
+  need(s.hidden >= 1, "hidden", s.hidden);
+  need(s.heads >= 1, "heads", s.heads);
+  need(s.vocab >= 1, "vocab", s.vocab);
+  need(s.seq_len >= 1, "seq_len", s.seq_len);
+  need(s.micro_batch >= 1, "micro_batch", s.micro_batch);
+  if (s.ffn_hidden < 0) throw Error(cat("GPT shape: ffn_hidden must be >= 0, got ", s.ffn_hidden));
+  if (s.hidden % s.heads != 0)
+    throw Error(cat("GPT shape: heads (", s.heads, ") must divide hidden (", s.hidden, ")"));
+}
+
+}  // namespace
+
+std::vector<UnitSpec> gpt_units(const GptShape& s) {
+  check_gpt(s);
+  const std::int64_t h = s.hidden, f = s.ffn_hidden > 0 ? s.ffn_hidden : 4 * h;
+  std::vector<UnitSpec> units;
+  units.push_back({"embeddings", {{"wte.weight", {s.vocab, h}}, {"wpe.weight", {s.seq_len, h}}}});
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string b = "block" + std::to_string(l) + ".";
+    units.push_back({"block" + std::to_string(l),
+                     {{b + "ln1.weight", {h}},
+                      {b + "ln1.bias", {h}},
+                      {b + "attn.qkv.weight", {3 * h, h}},
+                      {b + "attn.qkv.bias", {3 * h}},
+                      {b + "attn.proj.weight", {h, h}},
+                      {b + "attn.proj.bias", {h}},
+                      {b + "ln2.weight", {h}},
+                      {b + "ln2.bias", {h}},
+                      {b + "mlp.fc.weight", {f, h}},
+                      {b + "mlp.fc.bias", {f}},
+                      {b + "mlp.proj.weight", {h, f}},
+                      {b + "mlp.proj.bias", {h}}}});
+  }
+  UnitSpec last{"final", {{"ln_f.weight", {h}}, {"ln_f.bias", {h}}}};
+  if (!s.tied_embeddings) last.params.push_back({"head.weight", {s.vocab, h}});
+  units.push_back(std::move(last));
+  return units;
+}
+
+std::int64_t gpt_activation_bytes(const GptShape& s, DType work) {
+  check_gpt(s);
+  const double sq = s.seq_len, b = s.micro_batch, h = s.hidden, a = s.heads, v = s.vocab;
+  // Korthikanti et al. 2022, eq. 2: bytes per block with 16-bit activations and 1-byte dropout
+  // masks. fp32 activations double the 16-bit part; the masks are a small share, so x2 is used.
+  const double per_block = sq * b * h * (34.0 + 5.0 * a * sq / h) * (size_of(work) / 2.0);
+  const double block_input = 2.0 * sq * b * h * (size_of(work) / 2.0);
+  const double logits = 4.0 * sq * b * v;  // fp32 logits for the softmax cross-entropy
+  const double total = s.recompute ? s.layers * block_input + per_block + logits
+                                   : s.layers * per_block + logits;
+  return static_cast<std::int64_t>(std::llround(total));
+}
+
+std::vector<UnitSpec> uniform_units(std::int64_t params, int units) {
+  if (params < 1) throw Error(cat("parameter count must be >= 1, got ", params));
+  if (units < 1) throw Error(cat("units must be >= 1, got ", units));
+  if (units > params)
+    throw Error(cat("cannot cut ", params, " parameters into ", units, " units"));
+  std::vector<UnitSpec> out;
+  for (int u = 0; u < units; ++u) {
+    const std::int64_t n = params / units + (u < params % units ? 1 : 0);
+    const std::string name = "unit" + std::to_string(u);
+    out.push_back({name, {{name + ".weight", {n}}}});
+  }
+  return out;
+}
+
+PlanInput plan_input_from_config(const Config& c, int ranks) {
+  PlanInput in;
+  in.ranks = ranks;
+  in.stage = c.zero.stage;
+  in.precision = c.precision;
+  in.reduce_dtype = c.precision == Precision::fp32 ? DType::f32 : c.communication_data_type;
+  in.gradient_accumulation_steps = static_cast<int>(c.gradient_accumulation_steps);
+  in.overlap_comm = c.zero.overlap_comm;
+  in.reduce_bucket_size = c.zero.reduce_bucket_size;
+  in.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
+  in.max_live_parameters = c.zero.stage3_max_live_parameters;
+  in.param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
+  in.offload = c.zero.offload_optimizer_device == OffloadDevice::cpu ? Offload::cpu : Offload::none;
+  return in;
+}
+
+// --- the plan --------------------------------------------------------------------------------
+
+Plan plan_memory(const PlanInput& in) {
+  if (in.stage < 0 || in.stage > 3) throw Error(cat("stage: expected 0..3, got ", in.stage));
+  if (in.ranks < 1) throw Error(cat("ranks: expected >= 1, got ", in.ranks));
+  if (in.ranks_per_node < 1)
+    throw Error(cat("ranks per node: expected >= 1, got ", in.ranks_per_node));
+  if (in.shard_size < 0 || (in.shard_size > 0 && in.ranks % in.shard_size != 0))
+    throw Error(cat("shard size: expected a divisor of the rank count (", in.ranks, "), got ",
+                    in.shard_size));
+  if (in.gradient_accumulation_steps < 1)
+    throw Error(cat("gradient accumulation steps: expected >= 1, got ",
+                    in.gradient_accumulation_steps));
+  if (in.activation_bytes < 0)
+    throw Error(cat("activation bytes: expected >= 0, got ", in.activation_bytes));
+  if (in.offload == Offload::cpu && in.stage == 0)
+    throw Error("optimizer offload needs stage 1, 2 or 3 (stage 0 keeps the full optimizer state "
+                "on every rank)");
+  const DType wd = work_dtype(in.precision);
+  const DType rd = in.precision == Precision::fp32 ? DType::f32 : in.reduce_dtype;
+  if (rd != DType::f32 && rd != wd)
+    throw Error(cat("reduce dtype: expected fp32 or the training dtype (", name_of(wd), "), got ",
+                    name_of(rd)));
+  if (in.units.empty()) throw Error("the model has no units");
+
+  const StagePolicy pol = kStagePolicy[in.stage];
+  const int S = in.shard_size > 0 ? in.shard_size : in.ranks;
+  LayoutOptions lo;
+  lo.shard_ranks = S;
+  lo.align_elements = in.align_elements;
+  lo.persistence_threshold = in.stage == 3 ? in.param_persistence_threshold : 0;
+  lo.bucket_elements = in.reduce_bucket_size;
+  const Layout L = make_layout(in.units, lo);
+
+  const std::int64_t w = work_bytes(in.precision), r = static_cast<std::int64_t>(size_of(rd));
+  const std::int64_t P = L.padded_numel, Sh = L.shard_numel;
+  const std::int64_t state = pol.shard_optimizer ? Sh : P;
+  const bool fp32 = in.precision == Precision::fp32;
+  const bool offload = in.offload == Offload::cpu;
+  const int nu = static_cast<int>(L.units.size());
+
+  Plan plan;
+  plan.stage = in.stage;
+  plan.ranks = in.ranks;
+  plan.shard_size = S;
+  plan.numel = L.numel;
+  plan.padded_numel = P;
+
+  PlanBytes& dev = plan.device;
+  PlanBytes& host = plan.host;
+  auto term = [&](std::string category, std::string name, std::string formula, std::int64_t b,
+                  bool on_host = false) {
+    PlanBytes& space = on_host ? host : dev;
+    if (category == "params") space.params += b;
+    else if (category == "grads") space.grads += b;
+    else if (category == "master") space.master += b;
+    else if (category == "optimizer") space.optimizer += b;
+    else if (category == "buffers") space.buffers += b;
+    else space.activations += b;
+    plan.terms.push_back({std::move(category), std::move(name), std::move(formula), b, on_host});
+  };
+  const std::string Ps = with_commas(P), Ss = with_commas(Sh);
+  const std::string stateN = pol.shard_optimizer ? "Ψs = " + Ss : "Ψp = " + Ps;
+  const std::string wn = std::string(name_of(wd)), rn = std::string(name_of(rd));
+
+  // Params. fp32 training at stage 0 (and stage 3's shard) updates the master weights in place:
+  // the working params are the master buffer, not a copy.
+  std::int64_t persistent_full = 0;
+  for (const auto& U : L.units)
+    if (U.persistent) persistent_full += U.padded_numel;
+  const bool params_alias_master = fp32 && !offload && (in.stage == 0 || in.stage == 3);
+  if (!pol.shard_params) {
+    if (params_alias_master)
+      term("params", "fp32 params (are the master weights)", "0 (no copy)", 0);
+    else
+      term("params", wn + " params (full)", cat(w, " B x Ψp = ", w, " x ", Ps), w * P);
+  } else {
+    if (params_alias_master)
+      term("params", "fp32 param shard (is the master shard)", "0 (no copy)", 0);
+    else
+      term("params", wn + " param shard", cat(w, " B x Ψs = ", w, " x ", Ss), w * Sh);
+    if (persistent_full > 0)
+      term("params", wn + " persistent units (full, below the persistence threshold)",
+           cat(w, " B x ", with_commas(persistent_full)), w * persistent_full);
+  }
+
+  // Gradients: the full working-dtype buffer (stages 0-1), or the reduced shard (2-3).
+  if (!pol.shard_grads) {
+    term("grads", wn + " grads (full)", cat(w, " B x Ψp = ", w, " x ", Ps), w * P);
+  } else if (offload) {
+    term("grads", "fp32 grad shard (offloaded)", cat("4 B x Ψs = 4 x ", Ss), 4 * Sh, true);
+  } else {
+    term("grads", rn + " reduced grad shard", cat(r, " B x Ψs = ", r, " x ", Ss), r * Sh);
+  }
+
+  // fp32 master and optimizer state.
+  const std::int64_t opt_states = in.optimizer == PlanOptimizer::adam ? 2 : 1;
+  term("master", "fp32 master weights" + std::string(pol.shard_optimizer ? " (shard)" : " (full)"),
+       "4 B x " + stateN, 4 * state, offload);
+  term("optimizer",
+       in.optimizer == PlanOptimizer::adam ? "fp32 Adam m and v" : "fp32 SGD momentum",
+       cat(4 * opt_states, " B x ", stateN), 4 * opt_states * state, offload);
+
+  // Persistent buffers: the reduced gradient where it is not the "grads" term, the accumulator.
+  std::int64_t persistent_buffers = 0;
+  auto buffer = [&](std::string name, std::string formula, std::int64_t b, bool on_host = false) {
+    if (b == 0) return;
+    term("buffers", std::move(name), std::move(formula), b, on_host);
+    if (!on_host) persistent_buffers += b;
+  };
+  if (pol.gather_grads && rd != wd)
+    buffer("fp32 reduced grads (full, stage 0 all-reduce result)",
+           cat(r, " B x Ψp = ", r, " x ", Ps), r * P);
+  if (in.stage == 1)
+    buffer(rn + " reduced grad shard" + std::string(offload ? " (offloaded, fp32)" : ""),
+           cat(offload ? 4 : r, " B x Ψs = ", offload ? 4 : r, " x ", Ss), (offload ? 4 : r) * Sh,
+           offload);
+  if (in.gradient_accumulation_steps > 1)
+    buffer("fp32 gradient accumulator", cat("4 B x ", pol.gather_grads ? "Ψp = " + Ps : "Ψs = " + Ss),
+           4 * (pol.gather_grads ? P : Sh), offload && !pol.gather_grads);
+
+  // Communication staging (MPI backend, host ranks): grow-only, the largest reduce-scatter's.
+  std::int64_t staging = 0;
+  if (!in.device) {
+    std::size_t most = 0;
+    for (const auto& U : L.units)
+      most = std::max(most, comm::scratch_rounded(comm::reduce_scatter_staging_bytes(
+                                static_cast<std::size_t>(U.padded_numel),
+                                static_cast<std::size_t>(U.shard_numel), S, wd, rd, false,
+                                in.comm_chunk_bytes, in.comm_pipeline_depth)));
+    staging = static_cast<std::int64_t>(most);
+  }
+
+  // Transient buffers: replay what the engine allocates and frees for one optimizer step (and
+  // init_params, before training), in the documented call order.
+  Replay init, train;
+  if (pol.shard_optimizer && !pol.shard_params) {
+    for (const auto& U : L.units) {  // init_params: each unit's new shard, then all-gather
+      init.alloc(w * U.shard_numel);
+      init.free(w * U.shard_numel);
+    }
+  } else if (pol.shard_params) {
+    for (const auto& U : L.units)
+      if (U.persistent) {
+        init.alloc(w * U.shard_numel);
+        init.free(w * U.shard_numel);
+      }
+  }
+  {
+    enum class St { sharded, gathered };
+    std::vector<St> st(nu, St::sharded);
+    std::vector<std::int64_t> pending(nu, 0);  // bytes a reduction in flight holds
+    std::vector<bool> fresh(nu, false);
+    int last = -1;
+    auto gathered_live = [&] {
+      std::int64_t live = 0;
+      for (int v = 0; v < nu; ++v)
+        if (!L.units[v].persistent && st[v] != St::sharded) live += L.units[v].padded_numel;
+      return live;
+    };
+    auto issue = [&](int v) {
+      train.alloc(w * L.units[v].padded_numel);
+      st[v] = St::gathered;
+    };
+    auto gather = [&](int u) {
+      if (!pol.shard_params || L.units[u].persistent) return;
+      const int dir = last >= 0 && u <= last ? -1 : +1;
+      last = u;
+      if (st[u] == St::sharded) issue(u);
+      std::int64_t live = gathered_live(), ahead = 0;
+      for (int v = u + dir; v >= 0 && v < nu; v += dir) {
+        const auto& V = L.units[v];
+        if (V.persistent) continue;
+        if (st[v] != St::sharded) {
+          ahead += V.padded_numel;
+          continue;
+        }
+        if (ahead + V.padded_numel > in.prefetch_bucket_size ||
+            live + V.padded_numel > in.max_live_parameters)
+          break;
+        issue(v);
+        ahead += V.padded_numel;
+        live += V.padded_numel;
+      }
+    };
+    auto release = [&](int u) {
+      if (!pol.shard_params || L.units[u].persistent || st[u] == St::sharded) return;
+      train.free(w * L.units[u].padded_numel);
+      st[u] = St::sharded;
+    };
+    auto finish = [&](int u) {
+      train.free(pending[u]);
+      pending[u] = 0;
+    };
+    auto grads = [&](int u) {
+      if (fresh[u]) return;
+      finish(u);
+      if (pol.shard_grads) train.alloc(w * L.units[u].padded_numel);
+      fresh[u] = true;
+    };
+    auto reduce = [&](int u) {
+      grads(u);
+      const auto& U = L.units[u];
+      if (pol.gather_grads) {
+        train.alloc(r * U.shard_numel);  // this rank's block before the all-gather
+        pending[u] = r * U.shard_numel;
+      } else if (pol.shard_grads) {
+        pending[u] = w * U.padded_numel;  // the unit's gradient buffer, until the reduction ends
+      }
+      fresh[u] = false;
+      for (int v = 0; v < nu; ++v)
+        if (v != u || !in.overlap_comm) finish(v);
+    };
+    for (int mb = 0; mb < in.gradient_accumulation_steps; ++mb) {
+      for (int u = 0; u < nu; ++u) {
+        gather(u);
+        release(u);
+      }
+      for (int u = nu - 1; u >= 0; --u) {
+        gather(u);
+        grads(u);
+        release(u);
+        reduce(u);
+      }
+    }
+    // step(): finish every reduction, drop stage-3 prefetches, convert 16-bit reduced gradients
+    // unit by unit through one scratch, and stage each new shard for the all-gather (stages 1-2
+    // and persistent units).
+    for (int u = 0; u < nu; ++u) finish(u);
+    for (int u = 0; u < nu; ++u) release(u);
+    std::int64_t scratch = 0;
+    if (in.gradient_accumulation_steps == 1 && rd != DType::f32) {
+      for (int u = 0; u < nu; ++u)
+        scratch = std::max(scratch, pol.shard_optimizer ? L.units[u].shard_numel : L.units[u].padded_numel);
+      scratch *= 4;
+      train.alloc(scratch);
+    }
+    for (const auto& U : L.units)
+      if (pol.shard_optimizer && (!pol.shard_params || U.persistent)) {
+        train.alloc(w * U.shard_numel);
+        train.free(w * U.shard_numel);
+      }
+    train.free(scratch);
+  }
+
+  // The ledger's peak: training holds the activations, the staging and the step's transients on
+  // top of everything persistent; init_params runs before the activations or the staging exist.
+  // "buffers" is what is held at that peak besides the model states and the activations.
+  const std::int64_t states = dev.model_states();
+  const std::int64_t act = in.activation_bytes;
+  const std::int64_t train_total = states + persistent_buffers + act + staging + train.peak;
+  const std::int64_t init_total = states + persistent_buffers + init.peak;
+  plan.peak_total = std::max(train_total, init_total);
+  buffer("MPI reduce-scatter staging (grow-only; the largest unit's)",
+         cat(in.comm_pipeline_depth, " slots x ", S - 1, " peers x min(",
+             in.comm_chunk_bytes, " B, one shard)"),
+         staging);
+  const std::int64_t transient = plan.peak_total - states - act - persistent_buffers;
+  if (transient != 0)
+    term("buffers",
+         pol.shard_params ? "gathered units + prefetch window, grads in flight, step scratch"
+                          : "gradient buffers in flight, step scratch",
+         cat("peak of the replayed allocations of one step (", with_commas(train.peak),
+             " B) or of init_params (", with_commas(init.peak), " B)"),
+         transient);
+  if (act > 0)
+    term("activations", in.model_name.empty() ? "activations" : in.model_name + " activations",
+         cat(with_commas(act), " B, from the model"), act);
+  return plan;
+}
+
+// --- inverse questions ---------------------------------------------------------------------
+
+std::int64_t largest_model(const PlanInput& input, std::int64_t budget, int units) {
+  if (budget <= 0) throw Error(cat("budget must be > 0 bytes, got ", budget));
+  PlanInput in = input;
+  auto fits = [&](std::int64_t n) {
+    in.units = uniform_units(n, units);
+    return plan_memory(in).peak_total <= budget;
+  };
+  std::int64_t lo = units;
+  if (!fits(lo)) return 0;
+  std::int64_t hi = lo;
+  while (hi < (std::int64_t{1} << 52) && fits(hi)) lo = hi, hi *= 2;
+  while (hi - lo > std::max<std::int64_t>(1, lo / 1000)) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+std::optional<int> fewest_ranks(const PlanInput& input, std::int64_t budget, int max_ranks) {
+  if (budget <= 0) throw Error(cat("budget must be > 0 bytes, got ", budget));
+  PlanInput in = input;
+  in.shard_size = 0;
+  auto fits = [&](int n) {
+    in.ranks = n;
+    in.ranks_per_node = std::min(input.ranks_per_node, n);
+    return plan_memory(in).peak_total <= budget;
+  };
+  // Memory per rank falls with the rank count (padding aside), so double, then bisect.
+  int lo = 0, hi = 1;  // lo: known not to fit (0 = none tried)
+  while (!fits(hi)) {
+    if (hi >= max_ranks) return std::nullopt;
+    lo = hi;
+    hi = std::min(max_ranks, hi * 2);
+  }
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (fits(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+// --- parsing and formatting --------------------------------------------------------------------
+
+namespace {
+
+double parse_number(std::string_view text, std::string_view whole, const char* what) {
+  std::string s(text);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v))
+    throw Error(cat("cannot read '", whole, "' as ", what));
+  return v;
+}
+
+}  // namespace
+
+std::int64_t parse_count(std::string_view text) {
+  std::string_view t = text;
+  while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
+  double mult = 1;
+  if (!t.empty()) {
+    switch (t.back()) {
+      case 'k': case 'K': mult = 1e3; break;
+      case 'm': case 'M': mult = 1e6; break;
+      case 'b': case 'B': case 'g': case 'G': mult = 1e9; break;
+      case 't': case 'T': mult = 1e12; break;
+      default: break;
+    }
+    if (mult != 1) t.remove_suffix(1);
+  }
+  const double v = parse_number(t, text, "a count (e.g. 7.5e9, 13B, 350M)") * mult;
+  if (v < 0) throw Error(cat("a count cannot be negative: '", text, "'"));
+  if (v >= 9.2e18) throw Error(cat("'", text, "' is too large"));
+  if (v != std::floor(v)) throw Error(cat("'", text, "' is not a whole number"));
+  return static_cast<std::int64_t>(v);
+}
+
+std::int64_t parse_bytes(std::string_view text) {
+  static const std::pair<std::string_view, double> units[] = {
+      {"TiB", 1099511627776.0}, {"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0},
+      {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"kB", 1e3}, {"B", 1}};
+  std::string_view t = text;
+  while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
+  for (const auto& [suffix, mult] : units) {
+    if (t.size() > suffix.size() && t.substr(t.size() - suffix.size()) == suffix) {
+      std::string_view num = t.substr(0, t.size() - suffix.size());
+      while (!num.empty() && num.back() == ' ') num.remove_suffix(1);
+      const double v = parse_number(num, text, "a size (e.g. 80GiB, 80GB)") * mult;
+      if (v <= 0) throw Error(cat("a memory size must be > 0: '", text, "'"));
+      if (v >= 9.2e18) throw Error(cat("'", text, "' is too large"));
+      return static_cast<std::int64_t>(v);
+    }
+  }
+  throw Error(cat("'", text, "' has no unit: write GiB (2^30 bytes) or GB (10^9 bytes), e.g. 80GiB"));
+}
+
+std::string format_bytes(std::int64_t bytes) {
+  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double b = static_cast<double>(bytes < 0 ? -bytes : bytes);
+  int i = 0;
+  while (b >= 1024 && i < 5) b /= 1024, ++i;
+  char s[40];
+  std::snprintf(s, sizeof s, i == 0 ? "%s%.0f %s" : "%s%.2f %s", bytes < 0 ? "-" : "", b, unit[i]);
+  return s;
+}
+
+std::string describe(const std::vector<Plan>& plans) {
+  std::ostringstream o;
+  o << std::left << std::setw(22) << "per rank";
+  for (const auto& p : plans) o << std::right << std::setw(14) << cat("stage ", p.stage);
+  o << '\n';
+  auto row = [&](const char* name, auto get) {
+    o << std::left << std::setw(22) << name;
+    for (const auto& p : plans) o << std::right << std::setw(14) << format_bytes(get(p));
+    o << '\n';
+  };
+  row("params", [](const Plan& p) { return p.device.params; });
+  row("grads", [](const Plan& p) { return p.device.grads; });
+  row("master", [](const Plan& p) { return p.device.master; });
+  row("optimizer", [](const Plan& p) { return p.device.optimizer; });
+  row("  model states", [](const Plan& p) { return p.device.model_states(); });
+  row("buffers", [](const Plan& p) { return p.device.buffers; });
+  row("activations", [](const Plan& p) { return p.device.activations; });
+  row("  total", [](const Plan& p) { return p.device.total(); });
+  row("  predicted peak", [](const Plan& p) { return p.peak_total; });
+  bool any_host = false;
+  for (const auto& p : plans) any_host |= p.host.total() > 0;
+  if (any_host) row("host (offloaded)", [](const Plan& p) { return p.host.total(); });
+  return o.str();
+}
+
+std::string explain(const Plan& p) {
+  std::ostringstream o;
+  o << "stage " << p.stage << ", " << p.ranks << " rank(s), shard group " << p.shard_size
+    << ": Ψ = " << with_commas(p.numel) << " params, Ψp = " << with_commas(p.padded_numel)
+    << " padded, Ψs = Ψp / " << p.shard_size << " = " << with_commas(p.padded_numel / p.shard_size)
+    << " per shard\n";
+  for (const auto& t : p.terms)
+    o << "  " << std::left << std::setw(10) << t.category << std::setw(60)
+      << (t.name + (t.host ? " [host]" : "")) << std::right << std::setw(12)
+      << format_bytes(t.bytes) << "   " << t.formula << '\n';
+  o << "  " << std::left << std::setw(70) << "model states" << std::right << std::setw(12)
+    << format_bytes(p.device.model_states()) << '\n';
+  o << "  " << std::left << std::setw(70) << "total (device)" << std::right << std::setw(12)
+    << format_bytes(p.device.total()) << '\n';
+  o << "  " << std::left << std::setw(70) << "predicted peak (device)" << std::right
+    << std::setw(12) << format_bytes(p.peak_total) << '\n';
+  if (p.host.total() > 0)
+    o << "  " << std::left << std::setw(70) << "host (offloaded)" << std::right << std::setw(12)
+      << format_bytes(p.host.total()) << '\n';
+  return o.str();
+}
+
+}  // namespace zero

@@ -1,0 +1,144 @@
+// Planner: the bytes per rank a training run will hold, by category, before anything runs.
+// A pure function of the model and the settings (no communicator, no device). It builds the
+// same Layout the engine builds (so padding is counted the same way) and follows the engine's
+// allocation rules term by term, so its model-state bytes equal the engine's ledger exactly;
+// every term carries the formula that produced it (docs/memory.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "precision/dtype.hpp"
+#include "zero/config.hpp"
+#include "zero/layout.hpp"
+
+namespace zero {
+
+// A GPT-style decoder (pre-LayerNorm, learned positions, GELU MLP of ffn_hidden, tied or untied
+// output head). Units: the embeddings, one per transformer block, the final LayerNorm (+ the
+// head when untied), as Megatron and DeepSpeed group them.
+struct GptShape {
+  int layers = 12;
+  int hidden = 768;
+  int heads = 12;
+  std::int64_t vocab = 50257;
+  int seq_len = 1024;
+  int ffn_hidden = 0;           // 0: 4 * hidden
+  bool tied_embeddings = true;  // output head shares the token embedding
+  int micro_batch = 1;          // sequences per micro-batch per rank
+  bool recompute = false;       // full activation recomputation (keep only each block's input)
+};
+
+// Named sizes: gpt2-small .. gpt2-xl, gpt3-125m .. gpt3-175b (the GPT-3 paper's table),
+// llama-7b-shaped GPTs are not included (different block). Empty when the name is unknown.
+std::optional<GptShape> gpt_preset(std::string_view name);
+std::vector<std::string> gpt_preset_names();
+
+// The units a GPT of this shape registers (names and shapes, as a trainer would).
+std::vector<UnitSpec> gpt_units(const GptShape& shape);
+// Activation bytes per rank held at the peak of backward, Korthikanti et al. (2022), eq. 2,
+// without tensor/sequence parallelism: per block s·b·h·(34 + 5·a·s/h) bytes at 16-bit, or
+// 2·s·b·h with full recomputation (+ one block's full set while it is recomputed); plus the
+// logits (4·s·b·V fp32 for the loss). Documented term by term in docs/memory.md.
+std::int64_t gpt_activation_bytes(const GptShape& shape, DType work_dtype);
+
+// A bare parameter count cut into `units` units of (nearly) equal size, for a model given only
+// by its size. Throws zero::Error for a count < 1 or units < 1 or units > count.
+std::vector<UnitSpec> uniform_units(std::int64_t params, int units);
+
+enum class PlanOptimizer { adam, sgd_momentum };  // Adam/AdamW: m and v; SGD: one momentum buffer
+enum class Offload { none, cpu };                 // optimizer offload (DeepSpeed offload_optimizer)
+
+struct PlanInput {
+  std::vector<UnitSpec> units;       // the model (gpt_units, uniform_units or the trainer's own)
+  std::int64_t activation_bytes = 0; // the trainer's activations per rank (device), at their peak
+  std::string model_name;            // for reports ("gpt3-1.3b", "7.5e9 params", "mlp 4x512")
+  int ranks = 1;                     // N: data-parallel ranks
+  int ranks_per_node = 1;            // for reports and hierarchical sharding
+  int shard_size = 0;                // ranks one shard group spans (0 = all N; hpZ/MiCS-style
+                                     // hierarchical sharding: states replicated across groups)
+  int stage = 0;                     // 0..3
+  Precision precision = Precision::bf16;
+  DType reduce_dtype = DType::f32;   // communication_data_type (fp32 or the training dtype)
+  PlanOptimizer optimizer = PlanOptimizer::adam;
+  Offload offload = Offload::none;
+  int gradient_accumulation_steps = 1;
+  bool overlap_comm = false;
+  std::int64_t align_elements = 64;
+  std::int64_t reduce_bucket_size = 500'000'000;          // elements
+  std::int64_t prefetch_bucket_size = 50'000'000;         // elements (stage3_prefetch_bucket_size)
+  std::int64_t max_live_parameters = 1'000'000'000;       // elements (stage3_max_live_parameters)
+  std::int64_t param_persistence_threshold = 100'000;     // elements (stage 3)
+  // The MPI backend's staging (comm::Options): chunk bytes per peer and pipeline slots.
+  std::size_t comm_chunk_bytes = std::size_t{1} << 20;
+  int comm_pipeline_depth = 2;
+  bool device = true;                // state on the device (GPU) vs host memory (CPU ranks)
+};
+
+// Fills a PlanInput's settings from a Config (stage, precision, reduce dtype, accumulation,
+// overlap, buckets, prefetch, persistence, offload), as the engine reads them.
+PlanInput plan_input_from_config(const Config& config, int ranks);
+
+// One term of the formula: which category, what it is, how it was computed, its bytes.
+struct PlanTerm {
+  std::string category;   // params, grads, master, optimizer, buffers, activations
+  std::string name;       // e.g. "bf16 params (full)"
+  std::string formula;    // e.g. "2 B x Ψp = 2 x 1,048,576"
+  std::int64_t bytes = 0;
+  bool host = false;      // in host memory (offload, or CPU ranks)
+};
+
+// Bytes per rank by category in one memory space.
+struct PlanBytes {
+  std::int64_t params = 0;
+  std::int64_t grads = 0;
+  std::int64_t master = 0;
+  std::int64_t optimizer = 0;
+  std::int64_t buffers = 0;      // peak of the engine's transient buffers (buckets, gathered
+                                 // units and prefetch window, fp32 accumulator, comm staging)
+  std::int64_t activations = 0;
+  std::int64_t model_states() const { return params + grads + master + optimizer; }
+  std::int64_t total() const { return model_states() + buffers + activations; }
+};
+
+struct Plan {
+  int stage = 0;
+  int ranks = 1;
+  int shard_size = 1;               // the shard group actually used
+  std::int64_t numel = 0;           // Ψ
+  std::int64_t padded_numel = 0;    // Ψ with the layout's padding
+  PlanBytes device;                 // on the GPU (or the ranks' memory when !input.device)
+  PlanBytes host;                   // offloaded state (and staging) in host memory
+  std::int64_t peak_total = 0;      // the predicted peak of the device space (the engine's
+                                    // ledger peak_total is compared with this)
+  std::vector<PlanTerm> terms;      // every term, in report order
+};
+
+// The plan for input.stage. Throws zero::Error on bad input (naming the field).
+Plan plan_memory(const PlanInput& input);
+
+// Inverse questions. The model is scaled by `scale_units`, which returns the units of a model
+// of about `params` parameters (uniform_units for a bare count; a GPT scaled in layers).
+// Largest parameter count whose plan fits `budget_bytes` per device (peak_total), by bisection
+// to within 0.1%; 0 if even the smallest model does not fit.
+std::int64_t largest_model(const PlanInput& input, std::int64_t budget_bytes, int units = 32);
+// Fewest ranks (1..max_ranks) at which `input` fits the budget; nullopt if none does.
+std::optional<int> fewest_ranks(const PlanInput& input, std::int64_t budget_bytes,
+                                int max_ranks = 65536);
+
+// "7.5e9", "13B", "1.3b", "350M", "125k", "1000" -> a count. Throws zero::Error naming the text.
+std::int64_t parse_count(std::string_view text);
+// "80GiB", "80GB", "1.5TiB", "512MiB", "64KB", "1024B" -> bytes (GB = 1e9, GiB = 2^30). A number
+// without a unit is an error (was it GB or GiB?).
+std::int64_t parse_bytes(std::string_view text);
+// 1536 -> "1.50 KiB"; with `si` powers of 1000 ("1.54 kB").
+std::string format_bytes(std::int64_t bytes);
+
+// A table (one column per plan) for people, and the terms with their formulas (--explain).
+std::string describe(const std::vector<Plan>& plans);
+std::string explain(const Plan& plan);
+
+}  // namespace zero
