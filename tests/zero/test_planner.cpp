@@ -1,0 +1,217 @@
+// The planner on its own: the ZeRO paper's analysis, pure fp32 training, offload, SGD, GPT shapes,
+// the inverse questions and bad input. (tests/zero/test_planner_engine.cpp checks it against the
+// engine's ledger.)
+#include <catch2/catch.hpp>
+
+#include "zero/error.hpp"
+#include "zero/planner.hpp"
+
+using namespace zero;
+using Catch::Matchers::Contains;
+
+namespace {
+
+PlanInput bare(std::int64_t params, int ranks, int stage) {
+  PlanInput in;
+  in.units = uniform_units(params, 32);
+  in.ranks = ranks;
+  in.stage = stage;
+  in.precision = Precision::bf16;
+  in.reduce_dtype = DType::bf16;  // the paper's 2-byte gradients
+  return in;
+}
+
+double gb(std::int64_t b) { return static_cast<double>(b) / 1e9; }
+
+}  // namespace
+
+TEST_CASE("Mixed-precision Adam reproduces the ZeRO paper's Figure 1 (7.5B params, 64 ranks)") {
+  const double expected[4] = {120.0, 31.4, 16.6, 1.9};  // GB per device, K = 12 (1.875 printed 1.9)
+  for (int stage = 0; stage <= 3; ++stage) {
+    const Plan p = plan_memory(bare(7'500'000'000, 64, stage));
+    INFO("stage " << stage << "\n" << explain(p));
+    CHECK(gb(p.device.model_states()) == Approx(expected[stage]).epsilon(0.015));
+    // and the exact formulas in the padded count: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N
+    const std::int64_t P = p.padded_numel, S = P / 64;
+    const std::int64_t exact[4] = {16 * P, 4 * P + 12 * S, 2 * P + 14 * S, 16 * S};
+    CHECK(p.device.model_states() == exact[stage]);
+    CHECK(p.padded_numel - p.numel < 32 * 64 * 64);  // padding: under N x 64 per unit
+  }
+}
+
+TEST_CASE("Every category is counted per the stage table") {
+  const std::int64_t Psi = 1'000'000'000;
+  for (int stage = 0; stage <= 3; ++stage) {
+    const Plan p = plan_memory(bare(Psi, 8, stage));
+    const std::int64_t P = p.padded_numel, S = P / 8;
+    CHECK(p.device.params == 2 * (stage == 3 ? S : P));
+    CHECK(p.device.grads == 2 * (stage >= 2 ? S : P));
+    CHECK(p.device.master == 4 * (stage >= 1 ? S : P));
+    CHECK(p.device.optimizer == 8 * (stage >= 1 ? S : P));
+    CHECK(p.device.activations == 0);
+    CHECK(p.device.total() == p.peak_total);
+    CHECK(p.device.buffers > 0);  // gradient buffers in flight / gathered units
+    CHECK(p.host.total() == 0);
+  }
+  // Stage 3 gathers the prefetch window: with the default 50M-element window, 2 units of
+  // 31.25M elements (1 gathered + 1 prefetched) plus the unit's gradients in flight.
+  const Plan p3 = plan_memory(bare(Psi, 8, 3));
+  const std::int64_t unit = 2 * (Psi / 32 + 64);
+  CHECK(p3.device.buffers >= 3 * unit - 3 * 2 * 64 * 8);
+  CHECK(p3.device.buffers <= 3 * unit + 4 * (Psi / 32 / 8 + 64));
+}
+
+TEST_CASE("Pure fp32 training: 16 bytes per parameter at stage 0, 16Ψ/N at stage 3") {
+  for (int stage = 0; stage <= 3; ++stage) {
+    PlanInput in = bare(100'000'000, 4, stage);
+    in.precision = Precision::fp32;
+    in.reduce_dtype = DType::f32;
+    const Plan p = plan_memory(in);
+    const std::int64_t P = p.padded_numel, S = P / 4;
+    // fp32 params are the master weights at stages 0 and 3 (updated in place, no copy);
+    // stages 1-2 keep full fp32 params beside the sharded master.
+    const std::int64_t exact[4] = {16 * P, 8 * P + 12 * S, 4 * P + 16 * S, 16 * S};
+    INFO("stage " << stage << "\n" << explain(p));
+    CHECK(p.device.model_states() == exact[stage]);
+  }
+}
+
+TEST_CASE("fp32 gradient reduction makes the stage-2 gradient shard 4 bytes") {
+  PlanInput in = bare(1'000'000, 4, 2);
+  in.reduce_dtype = DType::f32;
+  const Plan p = plan_memory(in);
+  CHECK(p.device.grads == 4 * (p.padded_numel / 4));
+  in.stage = 1;  // the fp32 shard is a buffer at stage 1 (the full bf16 buffer is the grads)
+  const Plan p1 = plan_memory(in);
+  CHECK(p1.device.grads == 2 * p1.padded_numel);
+  bool found = false;
+  for (const auto& t : p1.terms) found |= t.category == "buffers" && t.bytes == 4 * (p1.padded_numel / 4);
+  CHECK(found);
+}
+
+TEST_CASE("Optimizer offload moves master, moments and the fp32 gradient shard to the host") {
+  for (int stage = 1; stage <= 3; ++stage) {
+    PlanInput in = bare(1'000'000'000, 8, stage);
+    in.offload = Offload::cpu;
+    const Plan p = plan_memory(in);
+    const std::int64_t P = p.padded_numel, S = P / 8;
+    CHECK(p.device.master == 0);
+    CHECK(p.device.optimizer == 0);
+    CHECK(p.host.master == 4 * S);
+    CHECK(p.host.optimizer == 8 * S);
+    CHECK(p.host.grads + p.host.buffers >= 4 * S);
+    CHECK(p.device.params == 2 * (stage == 3 ? S : P));
+    CHECK(plan_memory(in).peak_total < plan_memory(bare(1'000'000'000, 8, stage)).peak_total);
+  }
+  PlanInput bad = bare(1000, 1, 0);
+  bad.offload = Offload::cpu;
+  CHECK_THROWS_WITH(plan_memory(bad), Contains("offload") && Contains("stage"));
+}
+
+TEST_CASE("SGD with momentum keeps one fp32 state instead of Adam's two") {
+  PlanInput in = bare(1'000'000'000, 4, 1);
+  in.optimizer = PlanOptimizer::sgd_momentum;
+  const Plan p = plan_memory(in);
+  CHECK(p.device.optimizer == 4 * (p.padded_numel / 4));
+}
+
+TEST_CASE("Hierarchical sharding shards over the group, not the world") {
+  PlanInput in = bare(1'000'000'000, 64, 3);
+  in.shard_size = 8;
+  const Plan p = plan_memory(in);
+  CHECK(p.shard_size == 8);
+  CHECK(p.device.model_states() == 16 * (p.padded_numel / 8));
+  in.shard_size = 7;
+  CHECK_THROWS_WITH(plan_memory(in), Contains("shard size") && Contains("64"));
+}
+
+TEST_CASE("GPT shapes: parameter counts of known models, and activations") {
+  auto count = [](const GptShape& s) {
+    std::int64_t n = 0;
+    for (const auto& u : gpt_units(s))
+      for (const auto& p : u.params) {
+        std::int64_t k = 1;
+        for (auto d : p.shape) k *= d;
+        n += k;
+      }
+    return n;
+  };
+  CHECK(count(*gpt_preset("gpt2-small")) == 124'439'808);   // Hugging Face's gpt2
+  CHECK(count(*gpt_preset("gpt2-xl")) == 1'557'611'200);    // gpt2-xl
+  CHECK(count(*gpt_preset("gpt3-175b")) == Approx(174.6e9).epsilon(0.01));
+  CHECK_FALSE(gpt_preset("gpt5").has_value());
+  CHECK(gpt_preset_names().size() == 12);
+  for (const auto& n : gpt_preset_names()) CHECK(gpt_preset(n).has_value());
+
+  GptShape s = *gpt_preset("gpt3-1.3b");
+  s.micro_batch = 4;
+  const double sbh = 2048.0 * 4 * 2048;
+  const double block = sbh * (34 + 5.0 * 16 * 2048 / 2048);
+  CHECK(gpt_activation_bytes(s, DType::bf16) ==
+        static_cast<std::int64_t>(24 * block + 4.0 * 2048 * 4 * 50257));
+  s.recompute = true;
+  CHECK(gpt_activation_bytes(s, DType::bf16) ==
+        static_cast<std::int64_t>(24 * 2 * sbh + block + 4.0 * 2048 * 4 * 50257));
+  s.heads = 7;
+  CHECK_THROWS_WITH(gpt_units(s), Contains("heads"));
+}
+
+TEST_CASE("Inverse questions: the largest model that fits, the fewest ranks that hold one") {
+  const std::int64_t budget = 80LL << 30;  // 80 GiB
+  for (int stage = 0; stage <= 3; ++stage) {
+    PlanInput in = bare(1000, 64, stage);
+    const std::int64_t n = largest_model(in, budget);
+    INFO("stage " << stage << ": largest " << n);
+    REQUIRE(n > 0);
+    in.units = uniform_units(n, 32);
+    CHECK(plan_memory(in).peak_total <= budget);
+    in.units = uniform_units(n + n / 500 + 64, 32);
+    CHECK(plan_memory(in).peak_total > budget);
+  }
+  // 16 bytes per parameter at stage 0: about 80 GiB / 16 = 5.3B parameters.
+  CHECK(largest_model(bare(1000, 64, 0), budget) == Approx(80.0 * (1 << 30) / 16).epsilon(0.05));
+
+  PlanInput in = bare(7'500'000'000, 1, 3);
+  const auto n = fewest_ranks(in, budget);
+  REQUIRE(n.has_value());
+  in.ranks = *n;
+  CHECK(plan_memory(in).peak_total <= budget);
+  in.ranks = *n - 1;
+  CHECK(plan_memory(in).peak_total > budget);
+  CHECK_FALSE(fewest_ranks(bare(7'500'000'000, 1, 0), budget).has_value());  // 120 GB at any N
+  CHECK(largest_model(bare(1000, 1, 0), 100) == 0);
+}
+
+TEST_CASE("Counts and sizes are read as people write them; bad ones are named") {
+  CHECK(parse_count("7.5e9") == 7'500'000'000);
+  CHECK(parse_count("13B") == 13'000'000'000);
+  CHECK(parse_count("1.3b") == 1'300'000'000);
+  CHECK(parse_count("350M") == 350'000'000);
+  CHECK(parse_count("125k") == 125'000);
+  CHECK(parse_count("1000") == 1000);
+  CHECK_THROWS_WITH(parse_count("-5"), Contains("negative") && Contains("-5"));
+  CHECK_THROWS_WITH(parse_count("lots"), Contains("lots"));
+  CHECK_THROWS_WITH(parse_count("1.5"), Contains("whole"));
+  CHECK(parse_bytes("80GiB") == 80LL << 30);
+  CHECK(parse_bytes("80GB") == 80'000'000'000);
+  CHECK(parse_bytes("1.5TiB") == 1649267441664);
+  CHECK(parse_bytes("512 MiB") == 512LL << 20);
+  CHECK_THROWS_WITH(parse_bytes("80"), Contains("no unit") && Contains("GiB"));
+  CHECK_THROWS_WITH(parse_bytes("-1GB"), Contains("> 0"));
+  CHECK_THROWS_WITH(parse_bytes("eightyGB"), Contains("eighty"));
+  CHECK(format_bytes(1536) == "1.50 KiB");
+  CHECK(format_bytes(100) == "100 B");
+}
+
+TEST_CASE("Bad plan input names the field") {
+  PlanInput in = bare(1000, 1, 4);
+  CHECK_THROWS_WITH(plan_memory(in), Contains("stage"));
+  in = bare(1000, 0, 1);
+  CHECK_THROWS_WITH(plan_memory(in), Contains("ranks"));
+  CHECK_THROWS_WITH(uniform_units(-3, 1), Contains("-3"));
+  CHECK_THROWS_WITH(uniform_units(10, 0), Contains("units"));
+  in = bare(1000, 2, 2);
+  in.precision = Precision::bf16;
+  in.reduce_dtype = DType::f16;
+  CHECK_THROWS_WITH(plan_memory(in), Contains("reduce dtype"));
+}
