@@ -159,6 +159,31 @@ int cmd_train(const Args& argv) {
   std::vector<std::int64_t> all(6 * static_cast<std::size_t>(n));
   world->all_gather(comm::ConstView{mine, 6, DType::i64}, comm::View{all.data(), all.size(), DType::i64});
 
+  // What the planner predicted for this very run, beside what the ledger measured (rank 0's).
+  PlanInput plan_in = plan_input_from_config(config, n);
+  plan_in.units = models::mlp_units(shape);
+  plan_in.activation_bytes = models::mlp_activation_bytes(shape, micro);
+  plan_in.model_name = "mlp";
+  plan_in.device = false;
+  const Plan plan = plan_memory(plan_in);
+  struct Row {
+    const char* name;
+    std::int64_t planned, measured;
+  };
+  const Row rows[] = {
+      {"params", plan.device.params, mem.params},
+      {"grads", plan.device.grads, mem.grads},
+      {"master", plan.device.master, mem.master},
+      {"optimizer", plan.device.optimizer, mem.optimizer},
+      {"buffers", plan.device.buffers, mem.buffers},
+      {"activations", plan.device.activations, mem.activations},
+      {"peak total", plan.peak_total, mem.peak_total},
+  };
+  auto diff_pct = [](std::int64_t planned, std::int64_t measured) {
+    return measured == 0 ? (planned == 0 ? 0.0 : 100.0)
+                         : 100.0 * double(planned - measured) / double(measured);
+  };
+
   const char* keys[] = {"master", "optimizer", "grads", "params", "buffers", "peak_total"};
   if (rank == 0) {
     std::printf("\nsummary: loss %.6f -> %.6f in %lld steps (%lld skipped), %.3f s/step, checksum %s\n",
@@ -174,6 +199,11 @@ int cmd_train(const Args& argv) {
     const double psi = static_cast<double>(layout.numel);
     std::printf("  (model states = params + grads + master + optimizer = %.2f bytes/param on rank 0)\n",
                 double(all[0] + all[1] + all[2] + all[3]) / psi);
+    std::printf("\nplanned vs measured (rank 0; `zero plan` predicts this before a run)\n");
+    std::printf("  %-14s %12s %12s %9s\n", "category", "planned", "measured", "diff");
+    for (const Row& row : rows)
+      std::printf("  %-14s %12s %12s %8.2f%%\n", row.name, human_bytes(double(row.planned)).c_str(),
+                  human_bytes(double(row.measured)).c_str(), diff_pct(row.planned, row.measured));
     std::printf("\ntraffic per step per rank (payload)   all_reduce %s   reduce_scatter %s   all_gather %s\n",
                 human_bytes(double(acct[comm::Op::all_reduce].payload_bytes) / steps).c_str(),
                 human_bytes(double(acct[comm::Op::reduce_scatter].payload_bytes) / steps).c_str(),
@@ -204,6 +234,13 @@ int cmd_train(const Args& argv) {
         {"skipped_steps", skipped},
         {"seconds_per_step", seconds / steps},
         {"memory_bytes", memory},
+        {"memory_planned_vs_measured", [&] {
+           boost::json::object o;
+           for (const Row& row : rows)
+             o[row.name] = {{"planned", row.planned}, {"measured", row.measured},
+                            {"diff_percent", diff_pct(row.planned, row.measured)}};
+           return o;
+         }()},
         {"comm_bytes", {{"all_reduce", per_step(comm::Op::all_reduce)},
                         {"reduce_scatter", per_step(comm::Op::reduce_scatter)},
                         {"all_gather", per_step(comm::Op::all_gather)}}},

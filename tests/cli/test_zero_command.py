@@ -58,6 +58,15 @@ if len(summaries) == 4:
           len({s["params_checksum"] for s in summaries.values()}) == 1,
           [s["params_checksum"] for s in summaries.values()])
     check("the loss goes down", s0["final_loss"] < 0.9 * s0["first_loss"], (s0["first_loss"], s0["final_loss"]))
+    for stage, s in summaries.items():
+        pvm = s.get("memory_planned_vs_measured", {})
+        check(f"stage {stage}: the planner's prediction is reported beside the ledger's measurement",
+              {"params", "grads", "master", "optimizer", "buffers", "activations", "peak total"} <= pvm.keys(), pvm)
+        check(f"stage {stage}: model states planned exactly, peak within 2%",
+              all(pvm[k]["planned"] == pvm[k]["measured"] for k in ("params", "grads", "master", "optimizer"))
+              and abs(pvm["peak total"]["diff_percent"]) <= 2.0, pvm)
+        check(f"stage {stage}: peak total is rank 0's measured peak",
+              pvm["peak total"]["measured"] == s["memory_bytes"][0]["peak_total"])
     check("stage 3 holds less master memory per rank than stage 0",
           summaries[3]["memory_bytes"][0]["master"] * 3 == summaries[0]["memory_bytes"][0]["master"])
 
