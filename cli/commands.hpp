@@ -12,5 +12,6 @@ using Args = std::vector<std::string>;
 int cmd_info(const Args& argv);
 int cmd_comm_check(const Args& argv);
 int cmd_train(const Args& argv);
+int cmd_plan(const Args& argv);
 
 }  // namespace zero::cli

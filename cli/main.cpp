@@ -22,6 +22,8 @@ constexpr Command kCommands[] = {
     {"comm-check", zero::cli::cmd_comm_check,
      "run every collective on N ranks, check the results and time them"},
     {"train", zero::cli::cmd_train, "train the reference model at a ZeRO stage on N ranks"},
+    {"plan", zero::cli::cmd_plan,
+     "memory per rank at each stage, before running; what fits a budget (no ranks started)"},
 };
 
 void usage(std::ostream& out) {

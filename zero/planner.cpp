@@ -144,6 +144,17 @@ std::int64_t gpt_activation_bytes(const GptShape& s, DType work) {
   return static_cast<std::int64_t>(std::llround(total));
 }
 
+std::int64_t count_params(const std::vector<UnitSpec>& units) {
+  std::int64_t n = 0;
+  for (const auto& u : units)
+    for (const auto& p : u.params) {
+      std::int64_t k = 1;
+      for (auto d : p.shape) k *= d;
+      n += k;
+    }
+  return n;
+}
+
 std::vector<UnitSpec> uniform_units(std::int64_t params, int units) {
   if (params < 1) throw Error(cat("parameter count must be >= 1, got ", params));
   if (units < 1) throw Error(cat("units must be >= 1, got ", units));
@@ -236,7 +247,8 @@ Plan plan_memory(const PlanInput& in) {
     plan.terms.push_back({std::move(category), std::move(name), std::move(formula), b, on_host});
   };
   const std::string Ps = with_commas(P), Ss = with_commas(Sh);
-  const std::string stateN = pol.shard_optimizer ? "Ψs = " + Ss : "Ψp = " + Ps;
+  const std::string state_name = pol.shard_optimizer ? "Ψs" : "Ψp";
+  const std::string state_count = pol.shard_optimizer ? Ss : Ps;
   const std::string wn = std::string(name_of(wd)), rn = std::string(name_of(rd));
 
   // Params. fp32 training at stage 0 (and stage 3's shard) updates the master weights in place:
@@ -272,10 +284,11 @@ Plan plan_memory(const PlanInput& in) {
   // fp32 master and optimizer state.
   const std::int64_t opt_states = in.optimizer == PlanOptimizer::adam ? 2 : 1;
   term("master", "fp32 master weights" + std::string(pol.shard_optimizer ? " (shard)" : " (full)"),
-       "4 B x " + stateN, 4 * state, offload);
+       cat("4 B x ", state_name, " = 4 x ", state_count), 4 * state, offload);
   term("optimizer",
        in.optimizer == PlanOptimizer::adam ? "fp32 Adam m and v" : "fp32 SGD momentum",
-       cat(4 * opt_states, " B x ", stateN), 4 * opt_states * state, offload);
+       cat(4 * opt_states, " B x ", state_name, " = ", 4 * opt_states, " x ", state_count),
+       4 * opt_states * state, offload);
 
   // Persistent buffers: the reduced gradient where it is not the "grads" term, the accumulator.
   std::int64_t persistent_buffers = 0;
@@ -585,7 +598,7 @@ std::string explain(const Plan& p) {
     << " padded, Ψs = Ψp / " << p.shard_size << " = " << with_commas(p.padded_numel / p.shard_size)
     << " per shard\n";
   for (const auto& t : p.terms)
-    o << "  " << std::left << std::setw(10) << t.category << std::setw(60)
+    o << "  " << std::left << std::setw(12) << t.category << std::setw(58)
       << (t.name + (t.host ? " [host]" : "")) << std::right << std::setw(12)
       << format_bytes(t.bytes) << "   " << t.formula << '\n';
   o << "  " << std::left << std::setw(70) << "model states" << std::right << std::setw(12)

@@ -32,13 +32,15 @@ struct GptShape {
   bool recompute = false;       // full activation recomputation (keep only each block's input)
 };
 
-// Named sizes: gpt2-small .. gpt2-xl, gpt3-125m .. gpt3-175b (the GPT-3 paper's table),
-// llama-7b-shaped GPTs are not included (different block). Empty when the name is unknown.
+// Named sizes: gpt2-small .. gpt2-xl and gpt3-125m .. gpt3-175b (the GPT-3 paper's table).
+// Empty when the name is unknown.
 std::optional<GptShape> gpt_preset(std::string_view name);
 std::vector<std::string> gpt_preset_names();
 
 // The units a GPT of this shape registers (names and shapes, as a trainer would).
 std::vector<UnitSpec> gpt_units(const GptShape& shape);
+// The unpadded parameter count of a list of units.
+std::int64_t count_params(const std::vector<UnitSpec>& units);
 // Activation bytes per rank held at the peak of backward, Korthikanti et al. (2022), eq. 2,
 // without tensor/sequence parallelism: per block s·b·h·(34 + 5·a·s/h) bytes at 16-bit, or
 // 2·s·b·h with full recomputation (+ one block's full set while it is recomputed); plus the
@@ -120,12 +122,12 @@ struct Plan {
 // The plan for input.stage. Throws zero::Error on bad input (naming the field).
 Plan plan_memory(const PlanInput& input);
 
-// Inverse questions. The model is scaled by `scale_units`, which returns the units of a model
-// of about `params` parameters (uniform_units for a bare count; a GPT scaled in layers).
-// Largest parameter count whose plan fits `budget_bytes` per device (peak_total), by bisection
-// to within 0.1%; 0 if even the smallest model does not fit.
+// Inverse questions. largest_model: the largest bare parameter count (cut into `units` equal
+// units by uniform_units, activation_bytes kept as given) whose predicted peak fits
+// `budget_bytes` per device, by bisection to within 0.1%; 0 if even `units` parameters do not.
 std::int64_t largest_model(const PlanInput& input, std::int64_t budget_bytes, int units = 32);
-// Fewest ranks (1..max_ranks) at which `input` fits the budget; nullopt if none does.
+// Fewest ranks (1..max_ranks), sharding over all of them (shard_size ignored), at which `input`
+// fits the budget; nullopt if none does.
 std::optional<int> fewest_ranks(const PlanInput& input, std::int64_t budget_bytes,
                                 int max_ranks = 65536);
 
@@ -134,7 +136,7 @@ std::int64_t parse_count(std::string_view text);
 // "80GiB", "80GB", "1.5TiB", "512MiB", "64KB", "1024B" -> bytes (GB = 1e9, GiB = 2^30). A number
 // without a unit is an error (was it GB or GiB?).
 std::int64_t parse_bytes(std::string_view text);
-// 1536 -> "1.50 KiB"; with `si` powers of 1000 ("1.54 kB").
+// 1536 -> "1.50 KiB" (powers of 1024).
 std::string format_bytes(std::int64_t bytes);
 
 // A table (one column per plan) for people, and the terms with their formulas (--explain).
