@@ -9,8 +9,11 @@
 
 #include "cli/commands.hpp"
 #include "cli/launch.hpp"
+#include "comm/nccl_communicator.hpp"
+#include "kernels/cuda/device.hpp"
 #include "models/mlp.hpp"
 #include "zero/zero.hpp"
+#include "zero_build_config.hpp"
 
 namespace zero::cli {
 namespace {
@@ -44,11 +47,25 @@ DType parse_reduce(const std::string& s) {
   throw Error(cat("--reduce-dtype: expected fp32, bf16 or fp16, got '", s, "'"));
 }
 
+// --device auto: the GPU path when this build has it and every rank on every node has a GPU of
+// its own (NCCL refuses two ranks on one device); all ranks decide together.
+bool use_gpu(const std::string& device) {
+  if (device == "cpu") return false;
+  const int local = comm::node_local_rank();
+  int ok = comm::nccl_available() && local < kernels::cuda::device_count() ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (device == "cuda" && !ok)
+    throw Error(ZERO_HAVE_CUDA ? "--device cuda: some rank has no GPU of its own (one GPU per rank; "
+                                 "run fewer ranks per node or use --device cpu)"
+                               : "--device cuda: this build has no CUDA (configure with -Dcuda=enabled)");
+  return ok == 1;
+}
+
 }  // namespace
 
 int cmd_train(const Args& argv) {
   namespace po = boost::program_options;
-  std::string model = "mlp", precision, reduce, config_file, json_file;
+  std::string model = "mlp", precision, reduce, config_file, json_file, device = "auto";
   int ranks = 1, stage = 0;
   std::int64_t steps = 20, accum = 1, global_batch = 64, log_every = 1;
   std::uint64_t seed = 1;
@@ -57,6 +74,9 @@ int cmd_train(const Args& argv) {
   po::options_description opts("zero train options");
   opts.add_options()
       ("model", po::value(&model)->default_value("mlp"), "model to train (mlp)")
+      ("device", po::value(&device)->default_value("auto"),
+       "cpu (MPI, host memory), cuda (one GPU per rank, NCCL, cuBLASLt) or auto: cuda when every "
+       "rank on a node has a GPU of its own, else cpu")
       ("ranks,n", po::value(&ranks), "ranks (outside an MPI job: relaunch under mpirun)")
       ("stage", po::value(&stage), "ZeRO stage 0..3 (overrides the config)")
       ("steps", po::value(&steps)->default_value(20), "optimizer steps")
@@ -104,9 +124,14 @@ int cmd_train(const Args& argv) {
   shape.seed = seed;
   shape.global_batch = global_batch;
 
+  if (device != "auto" && device != "cpu" && device != "cuda")
+    throw Error(cat("--device: expected cpu, cuda or auto, got '", device, "'"));
   comm::MpiRuntime mpi;
-  auto world = comm::make_mpi_communicator();
+  const bool on_gpu = use_gpu(device);
+  std::unique_ptr<comm::Communicator> world =
+      on_gpu ? comm::make_nccl_communicator(MPI_COMM_WORLD) : comm::make_mpi_communicator();
   const int n = world->size(), rank = world->rank();
+  const comm::Memory where = on_gpu ? comm::Memory::device : comm::Memory::host;
   accum = config.gradient_accumulation_steps;
   if (global_batch % (static_cast<std::int64_t>(n) * accum) != 0)
     throw Error(cat("--global-batch ", global_batch, " must divide evenly into ", n, " ranks x ",
@@ -117,15 +142,17 @@ int cmd_train(const Args& argv) {
   for (const auto& w : config.warnings)
     if (rank == 0) std::cerr << "zero train: warning: " << w << '\n';
 
-  Engine engine(config, *world, models::mlp_units(shape));
+  EngineOptions eo;
+  eo.memory = where;
+  Engine engine(config, *world, models::mlp_units(shape), eo);
   engine.init_params([&](int p, std::span<float> out) { models::mlp_init(shape, p, out); });
-  models::MlpTrainer trainer(shape, micro);
+  models::MlpTrainer trainer(shape, micro, where);
   const Layout& layout = engine.layout();
   if (rank == 0)
-    std::printf("zero train: mlp %d x %d (%lld params), stage %d, %d ranks, %s, reduce %s, "
+    std::printf("zero train: mlp %d x %d (%lld params), stage %d, %d ranks on %s, %s, reduce %s, "
                 "global batch %lld = %d x %lld micro-batches x %lld\n",
                 shape.layers, shape.width, static_cast<long long>(layout.numel), config.zero.stage, n,
-                std::string(name_of(config.precision)).c_str(),
+                on_gpu ? "cuda (NCCL)" : "cpu (MPI)", std::string(name_of(config.precision)).c_str(),
                 std::string(name_of(config.precision == Precision::fp32 ? DType::f32 : config.communication_data_type)).c_str(),
                 static_cast<long long>(global_batch), n, static_cast<long long>(accum),
                 static_cast<long long>(micro));
@@ -140,7 +167,7 @@ int cmd_train(const Args& argv) {
       local += trainer.micro_batch(engine, s * global_batch + rank * (global_batch / n) + k * micro);
     StepReport rep = engine.step();
     skipped += rep.skipped;
-    world->all_reduce(comm::View{&local, 1, DType::f64}, comm::ReduceOp::sum);
+    MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     loss = local / (static_cast<double>(n) * accum);
     if (s == 0) first_loss = loss;
     if (rank == 0 && (s % log_every == 0 || s + 1 == steps))
@@ -151,20 +178,20 @@ int cmd_train(const Args& argv) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const comm::Accounting acct = engine.comm_accounting();
-  const std::uint64_t checksum = engine.master_checksum();
-
-  // Memory of every rank, gathered to all (each rank's ledger is its own).
+  // Memory of every rank, gathered to all (each rank's ledger is its own); read before the
+  // checksum, whose gathers are inspection, not training.
   const MemoryReport mem = engine.memory();
+  const std::uint64_t checksum = engine.master_checksum();
   std::int64_t mine[6] = {mem.master, mem.optimizer, mem.grads, mem.params, mem.buffers, mem.peak_total};
   std::vector<std::int64_t> all(6 * static_cast<std::size_t>(n));
-  world->all_gather(comm::ConstView{mine, 6, DType::i64}, comm::View{all.data(), all.size(), DType::i64});
+  MPI_Allgather(mine, 6, MPI_INT64_T, all.data(), 6, MPI_INT64_T, MPI_COMM_WORLD);
 
   // What the planner predicted for this very run, beside what the ledger measured (rank 0's).
   PlanInput plan_in = plan_input_from_config(config, n);
   plan_in.units = models::mlp_units(shape);
   plan_in.activation_bytes = models::mlp_activation_bytes(shape, micro);
   plan_in.model_name = "mlp";
-  plan_in.device = false;
+  plan_in.device = on_gpu;
   const Plan plan = plan_memory(plan_in);
   struct Row {
     const char* name;
@@ -226,6 +253,7 @@ int cmd_train(const Args& argv) {
         {"ranks", n},
         {"steps", steps},
         {"precision", std::string(name_of(config.precision))},
+        {"device", on_gpu ? "cuda" : "cpu"},
         {"params", layout.numel},
         {"padded_params", layout.padded_numel},
         {"first_loss", first_loss},

@@ -86,9 +86,10 @@ std::int64_t mlp_activation_bytes(const MlpShape& s, std::int64_t micro_batch) {
   return floats * static_cast<std::int64_t>(sizeof(float));
 }
 
-MlpTrainer::MlpTrainer(const MlpShape& shape, std::int64_t micro_batch)
+MlpTrainer::MlpTrainer(const MlpShape& shape, std::int64_t micro_batch, comm::Memory where)
     : shape_(shape), batch_(micro_batch) {
   if (batch_ < 1) throw Error(cat("micro-batch must be >= 1, got ", batch_));
+  if (where == comm::Memory::device) device_ = make_device(shape, micro_batch);
   const auto w = static_cast<std::size_t>(shape.width), b = static_cast<std::size_t>(batch_);
   acts_.assign(static_cast<std::size_t>(shape.layers) + 1, std::vector<float>(b * w));
   w_.resize(w * w);
@@ -98,11 +99,23 @@ MlpTrainer::MlpTrainer(const MlpShape& shape, std::int64_t micro_batch)
   target_.resize(b * w);
 }
 
+MlpTrainer::~MlpTrainer() = default;
+MlpTrainer::MlpTrainer(MlpTrainer&&) noexcept = default;
+MlpTrainer& MlpTrainer::operator=(MlpTrainer&&) noexcept = default;
+
 double MlpTrainer::micro_batch(Engine& engine, std::int64_t first) {
   const int L = shape_.layers, W = shape_.width, B = static_cast<int>(batch_);
   if (recorded_in_ != &engine.ledger()) {
-    engine.ledger().record_external(Category::activations, mlp_activation_bytes(shape_, batch_));
+    engine.ledger().record_external(Category::activations, mlp_activation_bytes(shape_, batch_),
+                                    device_ ? comm::Memory::device : comm::Memory::host);
     recorded_in_ = &engine.ledger();
+  }
+  if (device_) {
+    // The samples come from the host generator, so both paths train on the same data.
+    for (int i = 0; i < B; ++i)
+      mlp_sample(shape_, first + i, std::span(acts_[0]).subspan(i * W, W),
+                 std::span(target_).subspan(i * W, W));
+    return device_micro_batch(*device_, engine, acts_[0], target_);
   }
   for (int i = 0; i < B; ++i)
     mlp_sample(shape_, first + i, std::span(acts_[0]).subspan(i * W, W),

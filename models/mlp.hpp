@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -38,16 +39,35 @@ std::int64_t mlp_activation_bytes(const MlpShape& shape, std::int64_t micro_batc
 
 class MlpTrainer {
  public:
-  MlpTrainer(const MlpShape& shape, std::int64_t micro_batch);
+  // `where`: the memory the engine keeps its state in (EngineOptions::memory). Device: the same
+  // math on the GPU (weights widened to fp32, fp32 GEMMs on cuBLASLt without TF32, tanh, MSE);
+  // a build without CUDA throws.
+  MlpTrainer(const MlpShape& shape, std::int64_t micro_batch,
+             comm::Memory where = comm::Memory::host);
+  ~MlpTrainer();
+  MlpTrainer(MlpTrainer&&) noexcept;
+  MlpTrainer& operator=(MlpTrainer&&) noexcept;
   // The first call with an engine records mlp_activation_bytes in its ledger (activations).
   double micro_batch(Engine& engine, std::int64_t first);
 
+  struct Device;  // the GPU path (models/mlp_cuda.cpp)
+  struct DeviceDeleter {
+    void operator()(Device* d) const noexcept;
+  };
+  using DevicePtr = std::unique_ptr<Device, DeviceDeleter>;
+
  private:
+  DevicePtr device_;
   MlpShape shape_;
   std::int64_t batch_;
   const Ledger* recorded_in_ = nullptr;
   std::vector<std::vector<float>> acts_;  // acts_[l]: input of layer l; acts_[L]: output
   std::vector<float> w_, dz_, dprev_, dw_, target_;
 };
+
+// The GPU path's state and step (models/mlp_cuda.cpp; throwing stubs without CUDA).
+MlpTrainer::DevicePtr make_device(const MlpShape& shape, std::int64_t micro_batch);
+double device_micro_batch(MlpTrainer::Device& d, Engine& engine, const std::vector<float>& x,
+                          const std::vector<float>& y);
 
 }  // namespace zero::models

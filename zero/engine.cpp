@@ -11,7 +11,7 @@ namespace zero {
 
 Slice slice(const Allocation& a, DType dtype, std::int64_t offset, std::int64_t count) {
   auto* base = static_cast<std::byte*>(a.data());
-  return Slice{base + offset * static_cast<std::int64_t>(size_of(dtype)), count, dtype};
+  return Slice{base + offset * static_cast<std::int64_t>(size_of(dtype)), count, dtype, a.where()};
 }
 
 namespace {
@@ -25,9 +25,24 @@ DType working_dtype(Precision p) {
   return DType::f32;
 }
 
+std::unique_ptr<Backend> make_backend(const EngineOptions& o, const comm::Communicator& world) {
+  std::unique_ptr<Backend> b = o.memory == comm::Memory::device ? make_cuda_backend(o.device, o.stream)
+                                                                : make_cpu_backend();
+  if (world.memory() != b->memory())
+    throw Error(cat("the engine keeps its state in ",
+                    o.memory == comm::Memory::device ? "device" : "host", " memory but the ",
+                    world.backend(), " communicator works on ",
+                    world.memory() == comm::Memory::device ? "device" : "host",
+                    " memory: pass ",
+                    o.memory == comm::Memory::device ? "an NCCL communicator (comm::make_nccl_communicator)"
+                                                     : "an MPI communicator (comm::make_mpi_communicator)"),
+                {.rank = world.rank()});
+  return b;
+}
+
 // Checks that every rank registered the same units: a mismatch would pair collectives of
 // different units and sum unrelated gradients.
-void check_same_layout(comm::Communicator& world, const Layout& layout) {
+void check_same_layout(Engine::Impl& s, comm::Communicator& world, const Layout& layout) {
   std::uint64_t h = 1469598103934665603ull;
   auto mix = [&](std::uint64_t x) {
     for (int i = 0; i < 8; ++i) h = (h ^ ((x >> (8 * i)) & 0xff)) * 1099511628211ull;
@@ -39,7 +54,7 @@ void check_same_layout(comm::Communicator& world, const Layout& layout) {
   }
   std::vector<std::int64_t> all(world.size());
   std::int64_t mine = static_cast<std::int64_t>(h);
-  world.all_gather(comm::ConstView{&mine, 1, DType::i64}, comm::View{all.data(), all.size(), DType::i64});
+  s.all_gather_host(&mine, all.data(), 1, DType::i64);
   for (int r = 1; r < world.size(); ++r)
     if (all[r] != all[0])
       throw Error(cat("rank ", r, " registered different units or parameters than rank 0 (",
@@ -52,7 +67,12 @@ void check_same_layout(comm::Communicator& world, const Layout& layout) {
 
 Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec> units,
                    EngineOptions o)
-    : config(c), world(w), options(std::move(o)) {
+    : config(c),
+      world(w),
+      options(std::move(o)),
+      backend(make_backend(options, w)),
+      mem(backend->memory()),
+      ledger(nullptr, backend->make_allocator()) {
   if (config.zero.stage < 0 || config.zero.stage > 3)
     throw Error(cat("expected 0..3, got ", config.zero.stage), {.key = "zero_optimization.stage"});
   if (config.gradient_accumulation_steps < 1)
@@ -79,13 +99,13 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
       config.zero.stage == 3 ? config.zero.stage3_param_persistence_threshold : 0;
   lo.bucket_elements = config.zero.reduce_bucket_size;
   layout = make_layout(units, lo);
-  check_same_layout(world, layout);
+  check_same_layout(*this, world, layout);
 
   const auto nu = static_cast<std::size_t>(layout.units.size());
   const std::int64_t state_n = policy.shard_optimizer ? layout.shard_numel : layout.padded_numel;
-  master = ledger.allocate(Category::master, bytes(state_n, DType::f32));
-  exp_avg = ledger.allocate(Category::optimizer_m, bytes(state_n, DType::f32));
-  exp_avg_sq = ledger.allocate(Category::optimizer_v, bytes(state_n, DType::f32));
+  master = alloc(Category::master, bytes(state_n, DType::f32));
+  exp_avg = alloc(Category::optimizer_m, bytes(state_n, DType::f32));
+  exp_avg_sq = alloc(Category::optimizer_v, bytes(state_n, DType::f32));
 
   gathered.resize(nu);
   unit_state.assign(nu, UnitState::gathered);
@@ -93,22 +113,22 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
   params_alias_master = work_dtype == DType::f32 && (!policy.shard_optimizer || policy.shard_params);
   if (policy.shard_params) {
     if (!params_alias_master)
-      params_shard = ledger.allocate(Category::params, bytes(layout.shard_numel, work_dtype));
+      params_shard = alloc(Category::params, bytes(layout.shard_numel, work_dtype));
     for (std::size_t u = 0; u < nu; ++u) {
       if (layout.units[u].persistent) {
-        gathered[u] = ledger.allocate(Category::params, bytes(layout.units[u].padded_numel, work_dtype));
+        gathered[u] = alloc(Category::params, bytes(layout.units[u].padded_numel, work_dtype));
       } else {
         unit_state[u] = UnitState::sharded;
       }
     }
   } else if (!params_alias_master) {
-    params_full = ledger.allocate(Category::params, bytes(layout.padded_numel, work_dtype));
+    params_full = alloc(Category::params, bytes(layout.padded_numel, work_dtype));
   }
 
   grads_unit.resize(nu);
   grads_fresh.assign(nu, false);
   if (!policy.shard_grads)
-    grads_full = ledger.allocate(Category::grads, bytes(layout.padded_numel, work_dtype));
+    grads_full = alloc(Category::grads, bytes(layout.padded_numel, work_dtype));
 
   // The reduced gradient. Stage 0 all-gathers it back to full; when it has the working dtype it
   // lands in the gradient buffer itself. Stages 2-3 count their shard as the ZeRO "grads" term;
@@ -116,15 +136,14 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
   if (policy.gather_grads) {
     reduced_aliases_grads = reduce_dtype == work_dtype;
     if (!reduced_aliases_grads)
-      reduced = ledger.allocate(Category::grad_accum, bytes(layout.padded_numel, reduce_dtype));
+      reduced = alloc(Category::grad_accum, bytes(layout.padded_numel, reduce_dtype));
   } else {
-    reduced = ledger.allocate(policy.shard_grads ? Category::grads : Category::grad_accum,
-                              bytes(layout.shard_numel, reduce_dtype));
+    reduced = alloc(policy.shard_grads ? Category::grads : Category::grad_accum,
+                    bytes(layout.shard_numel, reduce_dtype));
   }
   if (accumulation > 1)
-    accum = ledger.allocate(Category::grad_accum,
-                            bytes(policy.gather_grads ? layout.padded_numel : layout.shard_numel,
-                                  DType::f32));
+    accum = alloc(Category::grad_accum,
+                  bytes(policy.gather_grads ? layout.padded_numel : layout.shard_numel, DType::f32));
   pending.resize(nu);
   reduce_count.assign(nu, 0);
 
@@ -182,10 +201,10 @@ Slice Engine::Impl::grads_of_unit(int u) {
     // (stages 0-1) or replace (stages 2-3) the buffer it reads.
     finish_reduce(u);
     if (policy.shard_grads) {
-      grads_unit[u] = ledger.allocate(Category::comm_buckets, bytes(U.padded_numel, work_dtype));
+      grads_unit[u] = alloc(Category::comm_buckets, bytes(U.padded_numel, work_dtype));
     } else {
       Slice s = slice(grads_full, work_dtype, U.offset, U.padded_numel);
-      std::memset(s.data, 0, static_cast<std::size_t>(bytes(s.count, work_dtype)));
+      backend->fill_zero(s.data, static_cast<std::size_t>(bytes(s.count, work_dtype)));
     }
     grads_fresh[u] = true;
   }
@@ -215,8 +234,22 @@ void Engine::Impl::finish_reduce(int u) {
     Slice src = reduced_aliases_grads ? slice(grads_full, work_dtype, off, n)
                                       : slice(reduced, reduce_dtype, off, n);
     float* acc = accum.as<float>().data() + off;
-    accumulate_into(acc, src.data, src.dtype, n);
+    backend->accumulate(acc, src.data, src.dtype, n);
   }
+}
+
+void Engine::Impl::all_gather_host(const void* in, void* out, std::size_t count, DType dtype) {
+  if (world.memory() == comm::Memory::host) {
+    world.all_gather(comm::ConstView{in, count, dtype}, comm::View{out, count * ranks, dtype});
+    return;
+  }
+  const std::size_t b = count * size_of(dtype);
+  Allocation tmp = ledger.allocate(Category::other, b * (static_cast<std::size_t>(ranks) + 1), mem);
+  auto* base = static_cast<std::byte*>(tmp.data());
+  backend->upload(base, in, b);
+  world.all_gather(comm::ConstView{base, count, dtype, mem},
+                   comm::View{base + b, count * ranks, dtype, mem});
+  backend->download(out, base + b, b * ranks);
 }
 
 void Engine::Impl::record_comm_scratch() {
@@ -230,7 +263,7 @@ void Engine::Impl::record_comm_scratch() {
 
 void Engine::Impl::issue_gather(int u) {
   const auto& U = layout.units[u];
-  gathered[u] = ledger.allocate(Category::gathered, bytes(U.padded_numel, work_dtype));
+  gathered[u] = alloc(Category::gathered, bytes(U.padded_numel, work_dtype));
   Slice shard = slice(shard_params(), work_dtype, U.shard_offset, U.shard_numel);
   gather_handle[u] = world.all_gather_async(shard.cview(),
                                             slice(gathered[u], work_dtype, 0, U.padded_numel).view());
@@ -271,8 +304,9 @@ int Engine::ranks() const { return impl_->ranks; }
 
 void Engine::init_params(const std::function<void(int, std::span<float>)>& fill) {
   Impl& s = *impl_;
-  std::vector<float> values;
-  auto master = s.master.as<float>();
+  // This rank's master values (its shards, or everything at stage 0), built on the host and
+  // copied to where the master lives in one piece.
+  std::vector<float> host(s.master.bytes() / sizeof(float), 0.0f), values;
   for (std::size_t pi = 0; pi < s.layout.params.size(); ++pi) {
     const ParamLayout& p = s.layout.params[pi];
     values.assign(static_cast<std::size_t>(p.numel), 0.0f);
@@ -282,27 +316,29 @@ void Engine::init_params(const std::function<void(int, std::span<float>)>& fill)
       for (const ShardPiece& piece : s.layout.shard_pieces(p.unit, s.rank)) {
         if (piece.param != static_cast<int>(pi)) continue;
         std::copy_n(values.data() + piece.param_offset, piece.count,
-                    master.data() + U.shard_offset + piece.shard_offset);
+                    host.data() + U.shard_offset + piece.shard_offset);
       }
     } else {
-      std::copy(values.begin(), values.end(), master.data() + p.global_offset);
+      std::copy(values.begin(), values.end(), host.data() + p.global_offset);
     }
   }
+  s.backend->upload(s.master.data(), host.data(), host.size() * sizeof(float));
+  const float* master = static_cast<const float*>(s.master.data());
   // The working params are the master weights rounded to the working dtype.
   for (std::size_t u = 0; u < s.layout.units.size(); ++u) {
     const auto& U = s.layout.units[u];
     const int ui = static_cast<int>(u);
-    const float* src = master.data() + s.state_offset(ui);
+    const float* src = master + s.state_offset(ui);
     if (!s.policy.shard_optimizer) {
       if (!s.params_alias_master)
-        store_from_f32(slice(s.params_full, s.work_dtype, U.offset, U.padded_numel), src);
+        s.store(slice(s.params_full, s.work_dtype, U.offset, U.padded_numel), src);
     } else if (s.policy.shard_params && !U.persistent) {
       if (!s.params_alias_master)
-        store_from_f32(slice(s.params_shard, s.work_dtype, U.shard_offset, U.shard_numel), src);
+        s.store(slice(s.params_shard, s.work_dtype, U.shard_offset, U.shard_numel), src);
     } else {
-      Allocation tmp = s.ledger.allocate(Category::comm_buckets, bytes(U.shard_numel, s.work_dtype));
+      Allocation tmp = s.alloc(Category::comm_buckets, bytes(U.shard_numel, s.work_dtype));
       Slice shard = slice(tmp, s.work_dtype, 0, U.shard_numel);
-      store_from_f32(shard, src);
+      s.store(shard, src);
       s.all_gather_params(ui, shard);
     }
   }
@@ -369,7 +405,7 @@ const ParamLayout& checked_param(const Layout& layout, int p, int rank, const ch
 // Param `pl`'s elements inside the buffer of its unit.
 TensorView param_view(const Slice& unit, const ParamLayout& pl) {
   return TensorView{static_cast<std::byte*>(unit.data) + bytes(pl.offset, unit.dtype), pl.numel,
-                    unit.dtype, pl.shape};
+                    unit.dtype, pl.shape, unit.memory};
 }
 
 }  // namespace
@@ -398,7 +434,7 @@ void Engine::reduce_grads(int u) {
   const comm::ReduceOp op = comm::ReduceOp::sum;
   if (s.policy.gather_grads) {
     // Stage 0: all-reduce as reduce-scatter into this rank's block, then all-gather.
-    p.block = s.ledger.allocate(Category::comm_buckets, bytes(U.shard_numel, s.reduce_dtype));
+    p.block = s.alloc(Category::comm_buckets, bytes(U.shard_numel, s.reduce_dtype));
     Slice block = slice(p.block, s.reduce_dtype, 0, U.shard_numel);
     Slice full = s.reduced_aliases_grads ? g : slice(s.reduced, s.reduce_dtype, U.offset, U.padded_numel);
     p.handles.push_back(s.world.reduce_scatter_async(g.cview(), block.view(), op));

@@ -33,6 +33,7 @@ struct TensorView {
   std::int64_t numel = 0;
   DType dtype = DType::f32;
   std::vector<std::int64_t> shape;
+  comm::Memory memory = comm::Memory::host;  // device: a CUDA pointer (EngineOptions::memory)
 
   template <class T>
   std::span<T> as() const;  // throws zero::Error if T does not match dtype
@@ -49,6 +50,13 @@ struct EngineOptions {
   // scale changes). Rank 0 only unless log_all_ranks. Default: stderr.
   std::function<void(const std::string&)> log;
   bool log_all_ranks = false;
+  // Where the engine keeps its state and runs its element-wise work: host memory and the CPU
+  // kernels, or device memory and the CUDA kernels. The communicator must work on the same
+  // memory (MPI: host; NCCL: device). param()/grad() then give pointers in that memory.
+  comm::Memory memory = comm::Memory::host;
+  int device = -1;         // device memory: the CUDA device (-1: the current one)
+  void* stream = nullptr;  // device memory: the compute stream (a cudaStream_t; nullptr: the
+                           // legacy default stream); the NCCL communicator must order against it
 };
 
 // What step() did.

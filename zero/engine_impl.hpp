@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "precision/loss_scaler.hpp"
+#include "zero/backend.hpp"
 #include "zero/engine.hpp"
 #include "zero/stage_policy.hpp"
 
@@ -37,15 +38,11 @@ struct Slice {
   void* data = nullptr;
   std::int64_t count = 0;
   DType dtype = DType::f32;
-  comm::View view() const { return comm::View{data, static_cast<std::size_t>(count), dtype}; }
+  comm::Memory memory = comm::Memory::host;
+  comm::View view() const { return comm::View{data, static_cast<std::size_t>(count), dtype, memory}; }
   comm::ConstView cview() const { return view(); }
 };
 Slice slice(const Allocation& a, DType dtype, std::int64_t offset, std::int64_t count);
-
-// Bulk conversions between a buffer of the training dtype and fp32 (engine_step.cpp).
-void store_from_f32(const Slice& dst, const float* src);
-void load_to_f32(float* dst, const void* src, DType dtype, std::int64_t n);
-void accumulate_into(float* acc, const void* src, DType dtype, std::int64_t n);
 
 struct Engine::Impl {
   Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec> units, EngineOptions o);
@@ -60,6 +57,9 @@ struct Engine::Impl {
   DType work_dtype = DType::bf16;    // params and gradients as the trainer sees them
   DType reduce_dtype = DType::f32;   // the reduced gradient (communication_data_type)
   std::int64_t accumulation = 1;     // gradient_accumulation_steps
+  // Where the buffers live and what computes on them (host + kernels/cpu, or device + kernels/cuda).
+  std::unique_ptr<Backend> backend;
+  comm::Memory mem = comm::Memory::host;  // backend->memory()
   Ledger ledger;
 
   // fp32 optimizer state: shards (stages 1-3) or full (stage 0), indexed like `master_offset`.
@@ -99,6 +99,16 @@ struct Engine::Impl {
   // Element offset in `reduced`/`accum` of unit u's region, and of this rank's shard within it.
   std::int64_t reduced_offset(int u) const;
   std::int64_t own_shard_offset(int u) const;  // in `reduced` coordinates
+
+  Allocation alloc(Category c, std::int64_t bytes) {
+    return ledger.allocate(c, static_cast<std::size_t>(bytes), mem);
+  }
+  void store(const Slice& dst, const float* src) {
+    backend->store_from_f32(dst.data, dst.dtype, src, dst.count);
+  }
+  // An all-gather of small host values (layout digests, norms, call counts): straight through a
+  // host communicator, staged through device memory for a device one.
+  void all_gather_host(const void* in, void* out, std::size_t count, DType dtype);
 
   void check_unit(int u, const char* what) const;
   void log(const std::string& line) const;

@@ -25,34 +25,6 @@ struct RankSummary {
 
 }  // namespace
 
-void store_from_f32(const Slice& dst, const float* src) {
-  switch (dst.dtype) {
-    case DType::f32: std::memcpy(dst.data, src, static_cast<std::size_t>(bytes(dst.count, DType::f32))); break;
-    case DType::bf16: convert(std::span(src, dst.count), std::span(static_cast<bf16*>(dst.data), dst.count)); break;
-    case DType::f16: convert(std::span(src, dst.count), std::span(static_cast<fp16*>(dst.data), dst.count)); break;
-    default: throw Error(cat("cannot store fp32 values as ", name_of(dst.dtype)));
-  }
-}
-
-void load_to_f32(float* dst, const void* src, DType dtype, std::int64_t n) {
-  switch (dtype) {
-    case DType::f32: std::memcpy(dst, src, static_cast<std::size_t>(bytes(n, DType::f32))); break;
-    case DType::bf16: convert(std::span(static_cast<const bf16*>(src), n), std::span(dst, n)); break;
-    case DType::f16: convert(std::span(static_cast<const fp16*>(src), n), std::span(dst, n)); break;
-    default: throw Error(cat("cannot read ", name_of(dtype), " values as fp32"));
-  }
-}
-
-void accumulate_into(float* acc, const void* src, DType dtype, std::int64_t n) {
-  const auto k = static_cast<std::size_t>(n);
-  switch (dtype) {
-    case DType::f32: kernels::cpu::accumulate(std::span(acc, k), std::span(static_cast<const float*>(src), k)); break;
-    case DType::bf16: kernels::cpu::accumulate(std::span(acc, k), std::span(static_cast<const bf16*>(src), k)); break;
-    case DType::f16: kernels::cpu::accumulate(std::span(acc, k), std::span(static_cast<const fp16*>(src), k)); break;
-    default: throw Error(cat("cannot accumulate ", name_of(dtype), " gradients"));
-  }
-}
-
 StepReport Engine::step() {
   Impl& s = *impl_;
   const auto nu = static_cast<int>(s.layout.units.size());
@@ -80,7 +52,7 @@ StepReport Engine::step() {
   if (s.accumulation == 1 && src_dtype != DType::f32) {
     std::int64_t most = 0;
     for (int u = 0; u < nu; ++u) most = std::max(most, s.state_count(u));
-    scratch = s.ledger.allocate(Category::grad_accum, bytes(most, DType::f32));
+    scratch = s.alloc(Category::grad_accum, bytes(most, DType::f32));
   }
   auto grad_f32 = [&](int u) -> const float* {
     const std::int64_t off = s.reduced_offset(u), n = s.state_count(u);
@@ -88,22 +60,22 @@ StepReport Engine::step() {
     const void* src = s.reduced_aliases_grads ? slice(s.grads_full, s.work_dtype, off, n).data
                                               : slice(s.reduced, s.reduce_dtype, off, n).data;
     if (src_dtype == DType::f32) return static_cast<const float*>(src);
-    load_to_f32(scratch.as<float>().data(), src, src_dtype, n);
+    s.backend->load_to_f32(scratch.as<float>().data(), src, src_dtype, n);
     return scratch.as<float>().data();
   };
   RankSummary mine;
   for (int u = 0; u < nu; ++u) {
     const auto& U = s.layout.units[u];
     const float* own = grad_f32(u) + (s.policy.gather_grads ? U.shard_range(s.rank).begin : 0);
-    mine.squared_norm += kernels::cpu::squared_norm(std::span(own, U.shard_numel));
+    s.backend->squared_norm(own, U.shard_numel, u);
   }
+  for (double n : s.backend->fetch_norms(nu)) mine.squared_norm += n;  // unit order
   mine.order = 1469598103934665603ull;
   for (int u : s.reduce_log)
     for (int i = 0; i < 4; ++i) mine.order = (mine.order ^ ((u >> (8 * i)) & 0xff)) * 1099511628211ull;
 
   std::vector<RankSummary> all(static_cast<std::size_t>(s.ranks));
-  s.world.all_gather(comm::ConstView{&mine, 2, DType::i64},
-                     comm::View{all.data(), all.size() * 2, DType::i64});
+  s.all_gather_host(&mine, all.data(), 2, DType::i64);
 
   // 3. The ranks must have reduced the same units in the same order. On a mismatch every rank
   //    sees it (the digests are on every rank), so all of them take part in naming the unit.
@@ -111,8 +83,7 @@ StepReport Engine::step() {
   for (const auto& a : all) same_order &= a.order == all[0].order;
   if (!same_order) {
     std::vector<std::int32_t> counts(static_cast<std::size_t>(nu) * s.ranks);
-    s.world.all_gather(comm::ConstView{s.reduce_count.data(), static_cast<std::size_t>(nu), DType::i32},
-                       comm::View{counts.data(), counts.size(), DType::i32});
+    s.all_gather_host(s.reduce_count.data(), counts.data(), static_cast<std::size_t>(nu), DType::i32);
     std::ostringstream m;
     m << "ranks called reduce_grads differently since the last step";
     bool named = false;
@@ -147,7 +118,7 @@ StepReport Engine::step() {
   auto end_step = [&] {
     for (int u = 0; u < nu; ++u) s.reduce_count[u] = 0;
     s.reduce_log.clear();
-    if (!s.accum.empty()) std::memset(s.accum.data(), 0, s.accum.bytes());
+    if (!s.accum.empty()) s.backend->fill_zero(s.accum.data(), s.accum.bytes());
   };
 
   // 4. Overflow: skip, and say so (DeepSpeed's rules for fp16; any precision skips a NaN/inf).
@@ -189,22 +160,14 @@ StepReport Engine::step() {
   //    (stage 0: the full buffer; stage 3: the shard) or through an all-gather (stages 1-2).
   float* master = s.master.as<float>().data();
   // The fused update, writing the new working params in the training dtype in the same pass.
-  auto update = [&](std::int64_t off, std::int64_t n, std::span<const float> g, const Slice& out) {
-    std::span<float> p(master + off, n), mm(s.exp_avg.as<float>().data() + off, n),
-        vv(s.exp_avg_sq.as<float>().data() + off, n);
-    switch (out.dtype) {
-      case DType::bf16: kernels::cpu::adamw_step(p, mm, vv, g, st, std::span(static_cast<bf16*>(out.data), n)); break;
-      case DType::f16: kernels::cpu::adamw_step(p, mm, vv, g, st, std::span(static_cast<fp16*>(out.data), n)); break;
-      default:
-        kernels::cpu::adamw_step(p, mm, vv, g, st);
-        if (out.data != p.data())  // fp32 params that are the master (stages 0, 3) need no copy
-          std::memcpy(out.data, p.data(), static_cast<std::size_t>(bytes(n, DType::f32)));
-    }
+  auto update = [&](std::int64_t off, std::int64_t n, const float* g, const Slice& out) {
+    s.backend->adamw(master + off, s.exp_avg.as<float>().data() + off,
+                     s.exp_avg_sq.as<float>().data() + off, g, n, st, out.data, out.dtype);
   };
   for (int u = 0; u < nu; ++u) {
     const auto& U = s.layout.units[u];
     const std::int64_t off = s.state_offset(u), n = s.state_count(u);
-    std::span<const float> g(grad_f32(u), n);
+    const float* g = grad_f32(u);
     if (!s.policy.shard_optimizer) {
       Slice out = slice(s.full_params(), s.work_dtype, U.offset, U.padded_numel);
       update(off, n, g, out);
@@ -212,7 +175,7 @@ StepReport Engine::step() {
       Slice out = slice(s.shard_params(), s.work_dtype, U.shard_offset, U.shard_numel);
       update(off, n, g, out);
     } else {
-      Allocation tmp = s.ledger.allocate(Category::comm_buckets, bytes(n, s.work_dtype));
+      Allocation tmp = s.alloc(Category::comm_buckets, bytes(n, s.work_dtype));
       Slice out = slice(tmp, s.work_dtype, 0, n);
       update(off, n, g, out);
       s.all_gather_params(u, out);
@@ -231,12 +194,23 @@ std::vector<float> Engine::gather_master(int p) {
   const ParamLayout& pl = s.layout.params[p];
   const auto& U = s.layout.units[pl.unit];
   const float* master = s.master.as<float>().data();
-  if (!s.policy.shard_optimizer)
-    return {master + pl.global_offset, master + pl.global_offset + pl.numel};
-  std::vector<float> unit(static_cast<std::size_t>(U.padded_numel));
-  s.world.all_gather(comm::ConstView{master + U.shard_offset, static_cast<std::size_t>(U.shard_numel), DType::f32},
-                     comm::View{unit.data(), unit.size(), DType::f32});
-  return {unit.begin() + pl.offset, unit.begin() + pl.offset + pl.numel};
+  std::vector<float> out(static_cast<std::size_t>(pl.numel));
+  if (!s.policy.shard_optimizer) {
+    s.backend->download(out.data(), master + pl.global_offset, out.size() * sizeof(float));
+    return out;
+  }
+  const comm::ConstView shard{master + U.shard_offset, static_cast<std::size_t>(U.shard_numel),
+                              DType::f32, s.mem};
+  if (s.mem == comm::Memory::host) {  // an inspection copy: the trainer's memory, not the engine's
+    std::vector<float> unit(static_cast<std::size_t>(U.padded_numel));
+    s.world.all_gather(shard, comm::View{unit.data(), unit.size(), DType::f32});
+    std::copy_n(unit.begin() + pl.offset, pl.numel, out.begin());
+    return out;
+  }
+  Allocation unit = s.alloc(Category::other, bytes(U.padded_numel, DType::f32));
+  s.world.all_gather(shard, slice(unit, DType::f32, 0, U.padded_numel).view());
+  s.backend->download(out.data(), unit.as<float>().data() + pl.offset, out.size() * sizeof(float));
+  return out;
 }
 
 std::uint64_t Engine::master_checksum() {

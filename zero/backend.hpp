@@ -1,0 +1,65 @@
+// Backend: where the engine's buffers live and what runs the element-wise work on them. One
+// engine drives either; the CPU backend runs kernels/cpu on host memory, the CUDA backend runs
+// kernels/cuda on device memory, queued on one compute stream (no host synchronisation except
+// where a function says it blocks). Both run the same per-element math (kernels/*_math.hpp), so
+// for the same inputs they produce the same bits. Internal to zero/: not in the public header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "kernels/adamw_math.hpp"
+#include "precision/dtype.hpp"
+#include "zero/ledger.hpp"
+
+namespace zero {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // The memory space of every pointer passed below (unless the name says host).
+  virtual comm::Memory memory() const = 0;
+  // The allocator the ledger uses for memory() (the host backend: nullptr = the ledger's own).
+  virtual std::unique_ptr<Allocator> make_allocator() = 0;
+  // "cpu" or "cuda:N (name)".
+  virtual std::string describe() const = 0;
+
+  virtual void fill_zero(void* p, std::size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  // From host memory into memory(); returns once `host` may be reused.
+  virtual void upload(void* dst, const void* host, std::size_t bytes) = 0;
+  // From memory() into host memory; blocks until the bytes are there (after earlier work).
+  virtual void download(void* host, const void* src, std::size_t bytes) = 0;
+
+  // dst[i] = src[i] rounded to dt (RNE) or copied (f32).
+  virtual void store_from_f32(void* dst, DType dt, const float* src, std::int64_t n) = 0;
+  // dst[i] = float(src[i]) (exact).
+  virtual void load_to_f32(float* dst, const void* src, DType dt, std::int64_t n) = 0;
+  // acc[i] += float(src[i]).
+  virtual void accumulate(float* acc, const void* src, DType dt, std::int64_t n) = 0;
+
+  // Squared L2 norms in the fixed order of kernels/norm_order.hpp, into numbered slots;
+  // fetch_norms(count) blocks once and returns slots 0..count-1.
+  virtual void squared_norm(const float* x, std::int64_t n, int slot) = 0;
+  virtual std::vector<double> fetch_norms(int count) = 0;
+
+  // The fused Adam/AdamW update of a shard; writes the new params in `out_dtype` to `out` in the
+  // same pass (bf16/fp16), or copies them (f32) unless `out` is `p` itself.
+  virtual void adamw(float* p, float* m, float* v, const float* g, std::int64_t n,
+                     const kernels::AdamStep& step, void* out, DType out_dtype) = 0;
+
+  // Host waits for everything queued.
+  virtual void synchronize() = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+// CUDA device `device` (-1: the current one), kernels on `stream` (a cudaStream_t; nullptr: the
+// legacy default stream). Throws zero::Error in a build without CUDA or with no device.
+std::unique_ptr<Backend> make_cuda_backend(int device = -1, void* stream = nullptr);
+
+}  // namespace zero

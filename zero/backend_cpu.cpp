@@ -1,0 +1,102 @@
+// The CPU backend: host memory, kernels/cpu and precision/convert (zero/backend.hpp).
+#include <cstring>
+#include <span>
+
+#include "kernels/cpu/adamw.hpp"
+#include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/norm.hpp"
+#include "precision/convert.hpp"
+#include "zero/backend.hpp"
+#include "zero/error.hpp"
+
+namespace zero {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  comm::Memory memory() const override { return comm::Memory::host; }
+  std::unique_ptr<Allocator> make_allocator() override { return nullptr; }
+  std::string describe() const override { return "cpu"; }
+
+  void fill_zero(void* p, std::size_t bytes) override { std::memset(p, 0, bytes); }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (dst != src) std::memcpy(dst, src, bytes);
+  }
+  void upload(void* dst, const void* host, std::size_t bytes) override { copy(dst, host, bytes); }
+  void download(void* host, const void* src, std::size_t bytes) override { copy(host, src, bytes); }
+
+  void store_from_f32(void* dst, DType dt, const float* src, std::int64_t n) override {
+    const auto k = static_cast<std::size_t>(n);
+    switch (dt) {
+      case DType::f32: copy(dst, src, k * sizeof(float)); break;
+      case DType::bf16: convert(std::span(src, k), std::span(static_cast<bf16*>(dst), k)); break;
+      case DType::f16: convert(std::span(src, k), std::span(static_cast<fp16*>(dst), k)); break;
+      default: throw Error(cat("cannot store fp32 values as ", name_of(dt)));
+    }
+  }
+  void load_to_f32(float* dst, const void* src, DType dt, std::int64_t n) override {
+    const auto k = static_cast<std::size_t>(n);
+    switch (dt) {
+      case DType::f32: copy(dst, src, k * sizeof(float)); break;
+      case DType::bf16: convert(std::span(static_cast<const bf16*>(src), k), std::span(dst, k)); break;
+      case DType::f16: convert(std::span(static_cast<const fp16*>(src), k), std::span(dst, k)); break;
+      default: throw Error(cat("cannot read ", name_of(dt), " values as fp32"));
+    }
+  }
+  void accumulate(float* acc, const void* src, DType dt, std::int64_t n) override {
+    const auto k = static_cast<std::size_t>(n);
+    std::span<float> a(acc, k);
+    switch (dt) {
+      case DType::f32: kernels::cpu::accumulate(a, std::span(static_cast<const float*>(src), k)); break;
+      case DType::bf16: kernels::cpu::accumulate(a, std::span(static_cast<const bf16*>(src), k)); break;
+      case DType::f16: kernels::cpu::accumulate(a, std::span(static_cast<const fp16*>(src), k)); break;
+      default: throw Error(cat("cannot accumulate ", name_of(dt), " gradients"));
+    }
+  }
+
+  void squared_norm(const float* x, std::int64_t n, int slot) override {
+    if (slot >= static_cast<int>(norms_.size())) norms_.resize(static_cast<std::size_t>(slot) + 1);
+    norms_[static_cast<std::size_t>(slot)] =
+        kernels::cpu::squared_norm(std::span(x, static_cast<std::size_t>(n)));
+  }
+  std::vector<double> fetch_norms(int count) override {
+    norms_.resize(static_cast<std::size_t>(count));
+    return norms_;
+  }
+
+  void adamw(float* p, float* m, float* v, const float* g, std::int64_t n,
+             const kernels::AdamStep& st, void* out, DType out_dtype) override {
+    const auto k = static_cast<std::size_t>(n);
+    std::span<float> pp(p, k), mm(m, k), vv(v, k);
+    std::span<const float> gg(g, k);
+    switch (out_dtype) {
+      case DType::bf16: kernels::cpu::adamw_step(pp, mm, vv, gg, st, std::span(static_cast<bf16*>(out), k)); break;
+      case DType::f16: kernels::cpu::adamw_step(pp, mm, vv, gg, st, std::span(static_cast<fp16*>(out), k)); break;
+      case DType::f32:
+        kernels::cpu::adamw_step(pp, mm, vv, gg, st);
+        copy(out, p, k * sizeof(float));  // nothing when the params are the master (fp32 stages 0, 3)
+        break;
+      default: throw Error(cat("cannot write parameters as ", name_of(out_dtype)));
+    }
+  }
+
+  void synchronize() override {}
+
+ private:
+  std::vector<double> norms_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace zero
+
+#include "zero_build_config.hpp"
+#if !ZERO_HAVE_CUDA
+namespace zero {
+std::unique_ptr<Backend> make_cuda_backend(int, void*) {
+  throw Error("this build has no CUDA: configure with -Dcuda=enabled on a machine with nvcc");
+}
+}  // namespace zero
+#endif

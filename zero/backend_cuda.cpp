@@ -1,0 +1,160 @@
+// The CUDA backend: device memory from the stream-ordered allocator, kernels/cuda on one compute
+// stream (zero/backend.hpp). Compiled only in a build with CUDA.
+#include <cuda_runtime_api.h>
+
+#include <new>
+
+#include "kernels/cuda/check.hpp"
+#include "kernels/cuda/device.hpp"
+#include "kernels/cuda/kernels.hpp"
+#include "zero/backend.hpp"
+#include "zero/error.hpp"
+
+namespace zero {
+namespace {
+
+namespace cu = kernels::cuda;
+
+cudaStream_t native(void* s) { return static_cast<cudaStream_t>(s); }
+
+// Device memory for the ledger: cudaMallocAsync on the compute stream (pooled, so a stage-3
+// gather's buffer costs no device-wide synchronisation), zeroed in stream order as the
+// Allocator contract asks. Frees are stream-ordered too: every collective that touched a buffer
+// has been waited for (which orders the compute stream after it) before the engine frees it.
+class CudaAllocator final : public Allocator {
+ public:
+  explicit CudaAllocator(void* stream) : stream_(stream) {}
+  void* allocate(std::size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMallocAsync(&p, bytes, native(stream_));
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      throw std::bad_alloc();
+    }
+    ZERO_CUDA_CHECK(e);
+    ZERO_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, native(stream_)));
+    return p;
+  }
+  void deallocate(void* p, std::size_t) noexcept override { cudaFreeAsync(p, native(stream_)); }
+  comm::Memory where() const override { return comm::Memory::device; }
+
+ private:
+  void* stream_;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, void* stream) : stream_(stream) {
+    if (cu::device_count() == 0) throw Error("--device cuda: no CUDA device is visible");
+    if (device >= 0) cu::set_device(device);
+    ZERO_CUDA_CHECK(cudaGetDevice(&device_));
+    cudaDeviceProp p{};
+    ZERO_CUDA_CHECK(cudaGetDeviceProperties(&p, device_));
+    name_ = p.name;
+  }
+
+  comm::Memory memory() const override { return comm::Memory::device; }
+  std::unique_ptr<Allocator> make_allocator() override {
+    return std::make_unique<CudaAllocator>(stream_);
+  }
+  std::string describe() const override { return cat("cuda:", device_, " (", name_, ")"); }
+
+  void fill_zero(void* p, std::size_t bytes) override {
+    ZERO_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, native(stream_)));
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (dst != src)
+      ZERO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, native(stream_)));
+  }
+  void upload(void* dst, const void* host, std::size_t bytes) override {
+    ZERO_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, native(stream_)));
+    synchronize();  // `host` is pageable and may be reused by the caller at once
+  }
+  void download(void* host, const void* src, std::size_t bytes) override {
+    ZERO_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, native(stream_)));
+    synchronize();
+  }
+
+  void store_from_f32(void* dst, DType dt, const float* src, std::int64_t n) override {
+    const auto k = static_cast<std::size_t>(n);
+    switch (dt) {
+      case DType::f32: copy(dst, src, k * sizeof(float)); break;
+      case DType::bf16: cu::cast(std::span(src, k), std::span(static_cast<bf16*>(dst), k), ref()); break;
+      case DType::f16: cu::cast(std::span(src, k), std::span(static_cast<fp16*>(dst), k), ref()); break;
+      default: throw Error(cat("cannot store fp32 values as ", name_of(dt)));
+    }
+  }
+  void load_to_f32(float* dst, const void* src, DType dt, std::int64_t n) override {
+    const auto k = static_cast<std::size_t>(n);
+    switch (dt) {
+      case DType::f32: copy(dst, src, k * sizeof(float)); break;
+      case DType::bf16: cu::cast(std::span(static_cast<const bf16*>(src), k), std::span(dst, k), ref()); break;
+      case DType::f16: cu::cast(std::span(static_cast<const fp16*>(src), k), std::span(dst, k), ref()); break;
+      default: throw Error(cat("cannot read ", name_of(dt), " values as fp32"));
+    }
+  }
+  void accumulate(float* acc, const void* src, DType dt, std::int64_t n) override {
+    const auto k = static_cast<std::size_t>(n);
+    std::span<float> a(acc, k);
+    switch (dt) {
+      case DType::f32: cu::accumulate(a, std::span(static_cast<const float*>(src), k), ref()); break;
+      case DType::bf16: cu::accumulate(a, std::span(static_cast<const bf16*>(src), k), ref()); break;
+      case DType::f16: cu::accumulate(a, std::span(static_cast<const fp16*>(src), k), ref()); break;
+      default: throw Error(cat("cannot accumulate ", name_of(dt), " gradients"));
+    }
+  }
+
+  void squared_norm(const float* x, std::int64_t n, int slot) override {
+    const auto k = static_cast<std::size_t>(n);
+    grow(slots_, (static_cast<std::size_t>(slot) + 1) * sizeof(double));
+    grow(scratch_, cu::squared_norm_scratch(k) * sizeof(double));
+    cu::squared_norm(std::span(x, k), slots_.as<double>() + slot,
+                     std::span(scratch_.as<double>(), scratch_.bytes() / sizeof(double)), ref());
+  }
+  std::vector<double> fetch_norms(int count) override {
+    std::vector<double> out(static_cast<std::size_t>(count));
+    if (count > 0) download(out.data(), slots_.data(), out.size() * sizeof(double));
+    return out;
+  }
+
+  void adamw(float* p, float* m, float* v, const float* g, std::int64_t n,
+             const kernels::AdamStep& st, void* out, DType out_dtype) override {
+    const auto k = static_cast<std::size_t>(n);
+    std::span<float> pp(p, k), mm(m, k), vv(v, k);
+    std::span<const float> gg(g, k);
+    switch (out_dtype) {
+      case DType::bf16: cu::adamw_step(pp, mm, vv, gg, st, std::span(static_cast<bf16*>(out), k), ref()); break;
+      case DType::f16: cu::adamw_step(pp, mm, vv, gg, st, std::span(static_cast<fp16*>(out), k), ref()); break;
+      case DType::f32:
+        cu::adamw_step(pp, mm, vv, gg, st, ref());
+        copy(out, p, k * sizeof(float));
+        break;
+      default: throw Error(cat("cannot write parameters as ", name_of(out_dtype)));
+    }
+  }
+
+  void synchronize() override { ZERO_CUDA_CHECK(cudaStreamSynchronize(native(stream_))); }
+
+ private:
+  cu::StreamRef ref() const { return cu::StreamRef{stream_}; }
+  // Scratch that only grows; the old buffer is released after the work queued on it (the stream
+  // is synchronised first, as a reallocation happens at most a few times per run).
+  void grow(cu::DeviceBuffer& b, std::size_t bytes) {
+    if (b.bytes() >= bytes) return;
+    synchronize();
+    b = cu::DeviceBuffer(bytes);
+  }
+
+  void* stream_ = nullptr;
+  int device_ = 0;
+  std::string name_;
+  cu::DeviceBuffer slots_, scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device, void* stream) {
+  return std::make_unique<CudaBackend>(device, stream);
+}
+
+}  // namespace zero
