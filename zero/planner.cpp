@@ -308,9 +308,14 @@ Plan plan_memory(const PlanInput& in) {
     buffer("fp32 gradient accumulator", cat("4 B x ", pol.gather_grads ? "Ψp = " + Ps : "Ψs = " + Ss),
            4 * (pol.gather_grads ? P : Sh), offload && !pol.gather_grads);
 
-  // Communication staging (MPI backend, host ranks): grow-only, the largest reduce-scatter's.
+  // Communication staging, grow-only, the largest reduce-scatter's. NCCL (device): a 16-bit
+  // gradient reduced into fp32 is first widened into an fp32 copy of the unit. MPI (host ranks):
+  // depth slots per peer of one chunk each.
   std::int64_t staging = 0;
-  if (!in.device) {
+  if (in.device) {
+    if (wd != DType::f32 && rd == DType::f32)
+      for (const auto& U : L.units) staging = std::max(staging, 4 * U.padded_numel);
+  } else {
     std::size_t most = 0;
     for (const auto& U : L.units)
       most = std::max(most, comm::scratch_rounded(comm::reduce_scatter_staging_bytes(
@@ -440,10 +445,14 @@ Plan plan_memory(const PlanInput& in) {
   const std::int64_t train_total = states + persistent_buffers + act + staging + train.peak;
   const std::int64_t init_total = states + persistent_buffers + init.peak;
   plan.peak_total = std::max(train_total, init_total);
-  buffer("MPI reduce-scatter staging (grow-only; the largest unit's)",
-         cat(in.comm_pipeline_depth, " slots x ", S - 1, " peers x min(",
-             in.comm_chunk_bytes, " B, one shard)"),
-         staging);
+  if (in.device)
+    buffer("NCCL staging: the largest unit's gradient widened to fp32 (grow-only)",
+           "4 B x the largest unit's padded size", staging);
+  else
+    buffer("MPI reduce-scatter staging (grow-only; the largest unit's)",
+           cat(in.comm_pipeline_depth, " slots x ", S - 1, " peers x min(",
+               in.comm_chunk_bytes, " B, one shard)"),
+           staging);
   const std::int64_t transient = plan.peak_total - states - act - persistent_buffers;
   if (transient != 0)
     term("buffers",

@@ -74,7 +74,8 @@ struct PlanInput {
   std::int64_t prefetch_bucket_size = 50'000'000;         // elements (stage3_prefetch_bucket_size)
   std::int64_t max_live_parameters = 1'000'000'000;       // elements (stage3_max_live_parameters)
   std::int64_t param_persistence_threshold = 100'000;     // elements (stage 3)
-  // The MPI backend's staging (comm::Options): chunk bytes per peer and pipeline slots.
+  // The MPI backend's staging (comm::Options): chunk bytes per peer and pipeline slots (used
+  // when !device; on a device the NCCL backend's fp32 widening copy is counted instead).
   std::size_t comm_chunk_bytes = std::size_t{1} << 20;
   int comm_pipeline_depth = 2;
   bool device = true;                // state on the device (GPU) vs host memory (CPU ranks)
