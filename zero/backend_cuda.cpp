@@ -2,6 +2,8 @@
 // stream (zero/backend.hpp). Compiled only in a build with CUDA.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <new>
 
 #include "kernels/cuda/check.hpp"
@@ -23,9 +25,35 @@ cudaStream_t native(void* s) { return static_cast<cudaStream_t>(s); }
 // has been waited for (which orders the compute stream after it) before the engine frees it.
 class CudaAllocator final : public Allocator {
  public:
-  explicit CudaAllocator(void* stream) : stream_(stream) {}
+  explicit CudaAllocator(void* stream) : stream_(stream) {
+    int device = 0, pools = 0;
+    ZERO_CUDA_CHECK(cudaGetDevice(&device));
+    if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device) != cudaSuccess) {
+      cudaGetLastError();
+      pools = 0;
+    }
+    pooled_ = pools != 0;
+    if (pooled_) {
+      // Keep freed memory in the pool across synchronisations (the default threshold of 0 hands
+      // it back to the driver at every sync, and stage 3 frees and gathers every step).
+      cudaMemPool_t pool = nullptr;
+      ZERO_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+      std::uint64_t keep = UINT64_MAX;
+      ZERO_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    }
+  }
   void* allocate(std::size_t bytes) override {
     void* p = nullptr;
+    if (!pooled_) {  // no stream-ordered pools (some virtualised devices): plain cudaMalloc
+      const cudaError_t e = cudaMalloc(&p, bytes);
+      if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        throw std::bad_alloc();
+      }
+      ZERO_CUDA_CHECK(e);
+      ZERO_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, native(stream_)));
+      return p;
+    }
     const cudaError_t e = cudaMallocAsync(&p, bytes, native(stream_));
     if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();
@@ -35,11 +63,19 @@ class CudaAllocator final : public Allocator {
     ZERO_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, native(stream_)));
     return p;
   }
-  void deallocate(void* p, std::size_t) noexcept override { cudaFreeAsync(p, native(stream_)); }
+  void deallocate(void* p, std::size_t) noexcept override {
+    if (pooled_) {
+      cudaFreeAsync(p, native(stream_));
+    } else {
+      cudaStreamSynchronize(native(stream_));  // cudaFree would not wait for queued kernels' use
+      cudaFree(p);
+    }
+  }
   comm::Memory where() const override { return comm::Memory::device; }
 
  private:
   void* stream_;
+  bool pooled_ = false;
 };
 
 class CudaBackend final : public Backend {
@@ -106,7 +142,16 @@ class CudaBackend final : public Backend {
 
   void squared_norm(const float* x, std::int64_t n, int slot) override {
     const auto k = static_cast<std::size_t>(n);
-    grow(slots_, (static_cast<std::size_t>(slot) + 1) * sizeof(double));
+    // The slots written so far this step must survive a reallocation (scratch need not).
+    const std::size_t need = (static_cast<std::size_t>(slot) + 1) * sizeof(double);
+    if (slots_.bytes() < need) {
+      cu::DeviceBuffer bigger(std::max(need, 2 * slots_.bytes()));
+      if (slots_.bytes() > 0)
+        ZERO_CUDA_CHECK(cudaMemcpyAsync(bigger.data(), slots_.data(), slots_.bytes(),
+                                        cudaMemcpyDeviceToDevice, native(stream_)));
+      synchronize();
+      slots_ = std::move(bigger);
+    }
     grow(scratch_, cu::squared_norm_scratch(k) * sizeof(double));
     cu::squared_norm(std::span(x, k), slots_.as<double>() + slot,
                      std::span(scratch_.as<double>(), scratch_.bytes() / sizeof(double)), ref());

@@ -26,7 +26,7 @@ DType working_dtype(Precision p) {
 }
 
 std::unique_ptr<Backend> make_backend(const EngineOptions& o, const comm::Communicator& world) {
-  std::unique_ptr<Backend> b = o.memory == comm::Memory::device ? make_cuda_backend(o.device, o.stream)
+  std::unique_ptr<Backend> b = o.memory == comm::Memory::device ? make_cuda_backend(o.device)
                                                                 : make_cpu_backend();
   if (world.memory() != b->memory())
     throw Error(cat("the engine keeps its state in ",
@@ -465,7 +465,7 @@ void Engine::reset_comm_accounting() { impl_->world.reset_accounting(); }
 MemoryReport Engine::memory() const {
   const Impl& s = *impl_;
   MemoryReport r;
-  r.ledger = s.ledger.snapshot(comm::Memory::host);
+  r.ledger = s.ledger.snapshot(s.mem);
   auto cur = [&](Category c) { return r.ledger[c].current; };
   auto peak = [&](Category c) { return r.ledger[c].peak; };
   r.params = cur(Category::params);

@@ -54,9 +54,10 @@ struct EngineOptions {
   // kernels, or device memory and the CUDA kernels. The communicator must work on the same
   // memory (MPI: host; NCCL: device). param()/grad() then give pointers in that memory.
   comm::Memory memory = comm::Memory::host;
-  int device = -1;         // device memory: the CUDA device (-1: the current one)
-  void* stream = nullptr;  // device memory: the compute stream (a cudaStream_t; nullptr: the
-                           // legacy default stream); the NCCL communicator must order against it
+  // Device memory: the CUDA device (-1: the current one). The compute stream is the legacy
+  // default stream, the one the NCCL communicator orders against by default and the trainer's
+  // kernels use unless told otherwise: one stream, so frees and reuses are ordered.
+  int device = -1;
 };
 
 // What step() did.

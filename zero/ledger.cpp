@@ -162,7 +162,12 @@ Allocation Ledger::allocate(Category category, std::size_t bytes, comm::Memory m
   if (allocator == nullptr)
     throw Error(cat("cannot allocate ", bytes, " bytes of ", name_of(category), ": no ",
                     memory_name(memory), " allocator is installed in the ledger"));
-  if (bytes == 0) return Allocation{};
+  if (bytes == 0) {  // nothing to hold, but views of it still say which memory they are in
+    Allocation empty;
+    empty.category_ = category;
+    empty.where_ = memory;
+    return empty;
+  }
   if (bytes > static_cast<std::size_t>(INT64_MAX))
     throw Error(cat("cannot allocate ", bytes, " bytes of ", name_of(category), ": too large"));
   void* data = nullptr;

@@ -218,6 +218,12 @@ TEST_CASE("host and device memory are accounted separately", "[ledger]") {
   Allocation h = ledger.allocate(Category::master, 1000);
   Allocation d = ledger.allocate(Category::params, 300, Memory::device);
   CHECK(d.where() == Memory::device);
+  // An empty buffer (a rank's empty shard) still says where it is, so views of it are tagged
+  // device and a device communicator accepts them.
+  Allocation e = ledger.allocate(Category::grads, 0, Memory::device);
+  CHECK(e.empty());
+  CHECK(e.where() == Memory::device);
+  CHECK(e.category() == Category::grads);
   CHECK(h.where() == Memory::host);
   CHECK(counts->allocations == 1);
   ledger.record_external(Category::comm_buckets, 50, Memory::device);
