@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/options.hpp"
 #include "cli/launch.hpp"
 #include "zero/zero.hpp"
 
@@ -88,9 +89,7 @@ int cmd_comm_check(const Args& argv) {
       "mib", po::value(&mib)->default_value(4), "buffer size per collective in MiB")(
       "iters", po::value(&iters)->default_value(5), "timed iterations per collective")(
       "help,h", "show this help");
-  po::variables_map vm;
-  po::store(po::command_line_parser(std::vector<std::string>(argv.begin() + 2, argv.end())).options(opts).run(), vm);
-  po::notify(vm);
+  const po::variables_map vm = parse_options(argv, opts);
   if (vm.count("help")) {
     std::cout << opts;
     return 0;

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/options.hpp"
 #include "zero/zero.hpp"
 
 namespace zero::cli {
@@ -11,12 +12,7 @@ int cmd_info(const Args& argv) {
   namespace po = boost::program_options;
   po::options_description opts("zero info options");
   opts.add_options()("json", "print JSON instead of a table")("help,h", "show this help");
-  po::variables_map vm;
-  po::store(po::command_line_parser(std::vector<std::string>(argv.begin() + 2, argv.end()))
-                .options(opts)
-                .run(),
-            vm);
-  po::notify(vm);
+  const po::variables_map vm = parse_options(argv, opts);
   if (vm.count("help")) {
     std::cout << opts;
     return 0;

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "cli/options.hpp"
 #include "cli/plan_plot.hpp"
 #include "zero/planner.hpp"
 #include "zero/zero.hpp"
@@ -219,12 +220,7 @@ int cmd_plan(const Args& argv) {
   // clang-format on
   po::options_description opts(kWidth);
   opts.add(model).add(run).add(out);
-  po::variables_map vm;
-  po::store(po::command_line_parser(std::vector<std::string>(argv.begin() + 2, argv.end()))
-                .options(opts)
-                .run(),
-            vm);
-  po::notify(vm);
+  const po::variables_map vm = parse_options(argv, opts);
   if (vm.count("help")) {
     std::cout
         << "usage: zero plan (--params COUNT | --preset NAME | --layers L --hidden H --heads A)\n"

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/options.hpp"
 #include "cli/launch.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "kernels/cuda/device.hpp"
@@ -95,9 +96,7 @@ int cmd_train(const Args& argv) {
       ("json", po::value(&json_file), "write a JSON summary to this file")
       ("log-every", po::value(&log_every)->default_value(1), "print the loss every this many steps")
       ("help,h", "show this help");
-  po::variables_map vm;
-  po::store(po::command_line_parser(std::vector<std::string>(argv.begin() + 2, argv.end())).options(opts).run(), vm);
-  po::notify(vm);
+  const po::variables_map vm = parse_options(argv, opts);
   if (vm.count("help")) {
     std::cout << opts;
     return 0;

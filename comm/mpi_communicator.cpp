@@ -65,14 +65,7 @@ class TaskState final : public Handle::State {
 };
 
 Signature signature(Call call, ReduceOp op, const ConstView& in, const View& out) {
-  Signature s;
-  s.call = call;
-  s.reduce_op = static_cast<std::int64_t>(op);
-  s.in_count = static_cast<std::int64_t>(in.count);
-  s.out_count = static_cast<std::int64_t>(out.count);
-  s.in_type = static_cast<std::int64_t>(in.dtype);
-  s.out_type = static_cast<std::int64_t>(out.dtype);
-  return s;
+  return Signature::of(call, op, in, out);
 }
 
 class MpiCommunicator final : public Communicator {

@@ -45,6 +45,17 @@ struct Signature {
 
   std::array<std::int64_t, kFields> pack() const;
   static Signature unpack(const std::int64_t* v);
+  // The signature of a call with these arguments (seq, root, valid, chunk_bytes left as default).
+  static Signature of(Call call, ReduceOp op, const ConstView& in, const View& out) {
+    Signature s;
+    s.call = call;
+    s.reduce_op = static_cast<std::int64_t>(op);
+    s.in_count = static_cast<std::int64_t>(in.count);
+    s.out_count = static_cast<std::int64_t>(out.count);
+    s.in_type = static_cast<std::int64_t>(in.dtype);
+    s.out_type = static_cast<std::int64_t>(out.dtype);
+    return s;
+  }
   bool operator==(const Signature&) const = default;
 };
 

@@ -44,17 +44,8 @@ class CudaAllocator final : public Allocator {
   }
   void* allocate(std::size_t bytes) override {
     void* p = nullptr;
-    if (!pooled_) {  // no stream-ordered pools (some virtualised devices): plain cudaMalloc
-      const cudaError_t e = cudaMalloc(&p, bytes);
-      if (e == cudaErrorMemoryAllocation) {
-        cudaGetLastError();
-        throw std::bad_alloc();
-      }
-      ZERO_CUDA_CHECK(e);
-      ZERO_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, native(stream_)));
-      return p;
-    }
-    const cudaError_t e = cudaMallocAsync(&p, bytes, native(stream_));
+    // Without stream-ordered pools (some virtualised devices): plain cudaMalloc.
+    const cudaError_t e = pooled_ ? cudaMallocAsync(&p, bytes, native(stream_)) : cudaMalloc(&p, bytes);
     if (e == cudaErrorMemoryAllocation) {
       cudaGetLastError();
       throw std::bad_alloc();
