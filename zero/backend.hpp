@@ -58,6 +58,9 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// The CPU backend posing as a device (EngineOptions::emulate_device): host memory counted as
+// device memory, CPU kernels. For checking the device code path where there is no GPU.
+std::unique_ptr<Backend> make_emulated_device_backend();
 // CUDA device `device` (-1: the current one), kernels on `stream` (a cudaStream_t; nullptr: the
 // legacy default stream). Throws zero::Error in a build without CUDA or with no device.
 std::unique_ptr<Backend> make_cuda_backend(int device = -1, void* stream = nullptr);

@@ -12,7 +12,7 @@
 namespace zero {
 namespace {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   comm::Memory memory() const override { return comm::Memory::host; }
   std::unique_ptr<Allocator> make_allocator() override { return nullptr; }
@@ -86,9 +86,35 @@ class CpuBackend final : public Backend {
   std::vector<double> norms_;
 };
 
+// Host memory that the ledger counts as device memory (EngineOptions::emulate_device).
+class EmulatedDeviceAllocator final : public Allocator {
+ public:
+  void* allocate(std::size_t bytes) override { return host_.allocate(bytes); }
+  void deallocate(void* p, std::size_t bytes) noexcept override { host_.deallocate(p, bytes); }
+  comm::Memory where() const override { return comm::Memory::device; }
+
+ private:
+  HostAllocator host_;
+};
+
+// The CPU kernels on host memory tagged as device memory: the engine takes its device code path
+// (device ledger, device-tagged views, host values staged through "device" buffers) and computes
+// exactly what the CPU backend computes, so a machine without a GPU checks that path's logic.
+class EmulatedDeviceBackend final : public CpuBackend {
+ public:
+  comm::Memory memory() const override { return comm::Memory::device; }
+  std::unique_ptr<Allocator> make_allocator() override {
+    return std::make_unique<EmulatedDeviceAllocator>();
+  }
+  std::string describe() const override { return "cpu (emulating a device)"; }
+};
+
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_emulated_device_backend() {
+  return std::make_unique<EmulatedDeviceBackend>();
+}
 
 }  // namespace zero
 

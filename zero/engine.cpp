@@ -26,8 +26,9 @@ DType working_dtype(Precision p) {
 }
 
 std::unique_ptr<Backend> make_backend(const EngineOptions& o, const comm::Communicator& world) {
-  std::unique_ptr<Backend> b = o.memory == comm::Memory::device ? make_cuda_backend(o.device)
-                                                                : make_cpu_backend();
+  std::unique_ptr<Backend> b = o.memory == comm::Memory::host ? make_cpu_backend()
+                               : o.emulate_device              ? make_emulated_device_backend()
+                                                               : make_cuda_backend(o.device);
   if (world.memory() != b->memory())
     throw Error(cat("the engine keeps its state in ",
                     o.memory == comm::Memory::device ? "device" : "host", " memory but the ",

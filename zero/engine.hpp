@@ -58,6 +58,11 @@ struct EngineOptions {
   // default stream, the one the NCCL communicator orders against by default and the trainer's
   // kernels use unless told otherwise: one stream, so frees and reuses are ordered.
   int device = -1;
+  // With memory == device: host memory and the CPU kernels stand in for the GPU. The engine runs
+  // its device code path (device ledger, device-tagged views, staging) and computes bitwise what
+  // the host path computes, so CI checks that path's logic without a GPU. The communicator must
+  // still say memory() == device. Never faster; for tests.
+  bool emulate_device = false;
 };
 
 // What step() did.
