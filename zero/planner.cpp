@@ -268,7 +268,7 @@ Plan plan_memory(const PlanInput& in) {
     else
       term("params", wn + " param shard", cat(w, " B x Ψs = ", w, " x ", Ss), w * Sh);
     if (persistent_full > 0)
-      term("params", wn + " persistent units (full, below the persistence threshold)",
+      term("params", wn + " persistent units (full: below the threshold)",
            cat(w, " B x ", with_commas(persistent_full)), w * persistent_full);
   }
 
@@ -446,17 +446,17 @@ Plan plan_memory(const PlanInput& in) {
   const std::int64_t init_total = states + persistent_buffers + init.peak;
   plan.peak_total = std::max(train_total, init_total);
   if (in.device)
-    buffer("NCCL staging: the largest unit's gradient widened to fp32 (grow-only)",
+    buffer("NCCL staging: fp32 copy of the largest unit's grads",
            "4 B x the largest unit's padded size", staging);
   else
-    buffer("MPI reduce-scatter staging (grow-only; the largest unit's)",
+    buffer("MPI reduce-scatter staging (largest unit)",
            cat(in.comm_pipeline_depth, " slots x ", S - 1, " peers x min(",
                in.comm_chunk_bytes, " B, one shard)"),
            staging);
   const std::int64_t transient = plan.peak_total - states - act - persistent_buffers;
   if (transient != 0)
     term("buffers",
-         pol.shard_params ? "gathered units + prefetch window, grads in flight, step scratch"
+         pol.shard_params ? "gathered units + prefetch, grads in flight, scratch"
                           : "gradient buffers in flight, step scratch",
          cat("peak of the replayed allocations of one step (", with_commas(train.peak),
              " B) or of init_params (", with_commas(init.peak), " B)"),
@@ -607,17 +607,17 @@ std::string explain(const Plan& p) {
     << " padded, Ψs = Ψp / " << p.shard_size << " = " << with_commas(p.padded_numel / p.shard_size)
     << " per shard\n";
   for (const auto& t : p.terms)
-    o << "  " << std::left << std::setw(12) << t.category << std::setw(58)
+    o << "  " << std::left << std::setw(12) << t.category << std::setw(56)
       << (t.name + (t.host ? " [host]" : "")) << std::right << std::setw(12)
       << format_bytes(t.bytes) << "   " << t.formula << '\n';
-  o << "  " << std::left << std::setw(70) << "model states" << std::right << std::setw(12)
+  o << "  " << std::left << std::setw(68) << "model states" << std::right << std::setw(12)
     << format_bytes(p.device.model_states()) << '\n';
-  o << "  " << std::left << std::setw(70) << "total (device)" << std::right << std::setw(12)
+  o << "  " << std::left << std::setw(68) << "total (device)" << std::right << std::setw(12)
     << format_bytes(p.device.total()) << '\n';
-  o << "  " << std::left << std::setw(70) << "predicted peak (device)" << std::right
+  o << "  " << std::left << std::setw(68) << "predicted peak (device)" << std::right
     << std::setw(12) << format_bytes(p.peak_total) << '\n';
   if (p.host.total() > 0)
-    o << "  " << std::left << std::setw(70) << "host (offloaded)" << std::right << std::setw(12)
+    o << "  " << std::left << std::setw(68) << "host (offloaded)" << std::right << std::setw(12)
       << format_bytes(p.host.total()) << '\n';
   return o.str();
 }
