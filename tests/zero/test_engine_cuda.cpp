@@ -92,7 +92,7 @@ TEST_CASE("GPU and CPU training agree to the stated tolerance") {
   // fp32: only GEMM summation order differs -> 1e-4 relative (L2 over all weights) after 20 steps.
   // bf16: a last-bit difference can flip a bf16 rounding of a weight copy -> 1e-2.
   for (auto [p, tol] : {std::pair{Precision::fp32, 1e-4}, std::pair{Precision::bf16, 1e-2}}) {
-    for (int stage : {0, 3}) {
+    for (int stage = 0; stage <= 3; ++stage) {
       const Run g = train(*gpu, comm::Memory::device, stage, p);
       const Run c = train(*cpu, comm::Memory::host, stage, p);
       const double diff = relative_l2(g.master, c.master);
