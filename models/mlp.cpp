@@ -89,14 +89,18 @@ std::int64_t mlp_activation_bytes(const MlpShape& s, std::int64_t micro_batch) {
 MlpTrainer::MlpTrainer(const MlpShape& shape, std::int64_t micro_batch, comm::Memory where)
     : shape_(shape), batch_(micro_batch) {
   if (batch_ < 1) throw Error(cat("micro-batch must be >= 1, got ", batch_));
-  if (where == comm::Memory::device) device_ = make_device(shape, micro_batch);
   const auto w = static_cast<std::size_t>(shape.width), b = static_cast<std::size_t>(batch_);
+  target_.resize(b * w);
+  if (where == comm::Memory::device) {  // the host holds only the samples it generates
+    device_ = make_device(shape, micro_batch);
+    acts_.assign(1, std::vector<float>(b * w));
+    return;
+  }
   acts_.assign(static_cast<std::size_t>(shape.layers) + 1, std::vector<float>(b * w));
   w_.resize(w * w);
   dw_.resize(w * w);
   dz_.resize(b * w);
   dprev_.resize(b * w);
-  target_.resize(b * w);
 }
 
 MlpTrainer::~MlpTrainer() = default;
@@ -110,16 +114,11 @@ double MlpTrainer::micro_batch(Engine& engine, std::int64_t first) {
                                     device_ ? comm::Memory::device : comm::Memory::host);
     recorded_in_ = &engine.ledger();
   }
-  if (device_) {
-    // The samples come from the host generator, so both paths train on the same data.
-    for (int i = 0; i < B; ++i)
-      mlp_sample(shape_, first + i, std::span(acts_[0]).subspan(i * W, W),
-                 std::span(target_).subspan(i * W, W));
-    return device_micro_batch(*device_, engine, acts_[0], target_);
-  }
+  // The samples come from the host generator on both paths, so they train on the same data.
   for (int i = 0; i < B; ++i)
     mlp_sample(shape_, first + i, std::span(acts_[0]).subspan(i * W, W),
                std::span(target_).subspan(i * W, W));
+  if (device_) return device_micro_batch(*device_, engine, acts_[0], target_);
   std::vector<float> bias(static_cast<std::size_t>(W)), dbias(static_cast<std::size_t>(W));
 
   // Forward: acts[l+1] = act(acts[l] W^T + b), tanh except after the last layer.

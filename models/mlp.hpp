@@ -28,15 +28,15 @@ void mlp_init(const MlpShape& shape, int param, std::span<float> out);
 // Input sample i (any i >= 0) as `width` floats in [-1, 1], and its target from the teacher.
 void mlp_sample(const MlpShape& shape, std::int64_t index, std::span<float> x, std::span<float> y);
 
-// Runs one micro-batch through `engine`: forward (gather, compute, release per unit), loss,
-// backward (gather, gradients into engine.grad, release, reduce_grads per unit, last first).
-// `first` is the global index of the micro-batch's first sample; returns the mean loss over it
-// (0.5 * squared error averaged over samples and outputs), unscaled.
 // The trainer's own buffers for a micro-batch of `micro_batch` samples (activations of every
 // layer, the fp32 weight and gradient of one layer, the loss gradient and targets): what it
 // records in the engine's ledger under Category::activations, and what the planner is told.
 std::int64_t mlp_activation_bytes(const MlpShape& shape, std::int64_t micro_batch);
 
+// Runs one micro-batch through `engine`: forward (gather, compute, release per unit), loss,
+// backward (gather, gradients into engine.grad, release, reduce_grads per unit, last first).
+// `first` is the global index of the micro-batch's first sample; returns the mean loss over it
+// (0.5 * squared error averaged over samples and outputs), unscaled.
 class MlpTrainer {
  public:
   // `where`: the memory the engine keeps its state in (EngineOptions::memory). Device: the same
@@ -62,6 +62,7 @@ class MlpTrainer {
   std::int64_t batch_;
   const Ledger* recorded_in_ = nullptr;
   std::vector<std::vector<float>> acts_;  // acts_[l]: input of layer l; acts_[L]: output
+                                          // (the device path keeps only acts_[0]: the inputs)
   std::vector<float> w_, dz_, dprev_, dw_, target_;
 };
 

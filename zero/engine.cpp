@@ -1,10 +1,8 @@
 // Engine: buffers from the layout, gather/release (stage 3), gradient buffers and their reduction.
 // The optimizer step is in engine_step.cpp.
 #include <algorithm>
-#include <cstring>
 #include <iostream>
 
-#include "precision/convert.hpp"
 #include "zero/engine_impl.hpp"
 
 namespace zero {
@@ -43,7 +41,8 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const comm::Commun
 
 // Checks that every rank registered the same units: a mismatch would pair collectives of
 // different units and sum unrelated gradients.
-void check_same_layout(Engine::Impl& s, comm::Communicator& world, const Layout& layout) {
+void check_same_layout(Engine::Impl& s) {
+  const Layout& layout = s.layout;
   std::uint64_t h = 1469598103934665603ull;
   auto mix = [&](std::uint64_t x) {
     for (int i = 0; i < 8; ++i) h = (h ^ ((x >> (8 * i)) & 0xff)) * 1099511628211ull;
@@ -53,15 +52,15 @@ void check_same_layout(Engine::Impl& s, comm::Communicator& world, const Layout&
     mix(static_cast<std::uint64_t>(p.numel));
     for (char c : p.name) mix(static_cast<unsigned char>(c));
   }
-  std::vector<std::int64_t> all(world.size());
+  std::vector<std::int64_t> all(s.ranks);
   std::int64_t mine = static_cast<std::int64_t>(h);
   s.all_gather_host(&mine, all.data(), 1, DType::i64);
-  for (int r = 1; r < world.size(); ++r)
+  for (int r = 1; r < s.ranks; ++r)
     if (all[r] != all[0])
       throw Error(cat("rank ", r, " registered different units or parameters than rank 0 (",
                       layout.units.size(), " units, ", layout.params.size(),
                       " params here); every rank must register the same model"),
-                  {.rank = world.rank()});
+                  {.rank = s.rank});
 }
 
 }  // namespace
@@ -72,7 +71,6 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
       world(w),
       options(std::move(o)),
       backend(make_backend(options, w)),
-      mem(backend->memory()),
       ledger(nullptr, backend->make_allocator()) {
   if (config.zero.stage < 0 || config.zero.stage > 3)
     throw Error(cat("expected 0..3, got ", config.zero.stage), {.key = "zero_optimization.stage"});
@@ -100,7 +98,7 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
       config.zero.stage == 3 ? config.zero.stage3_param_persistence_threshold : 0;
   lo.bucket_elements = config.zero.reduce_bucket_size;
   layout = make_layout(units, lo);
-  check_same_layout(*this, world, layout);
+  check_same_layout(*this);
 
   const auto nu = static_cast<std::size_t>(layout.units.size());
   const std::int64_t state_n = policy.shard_optimizer ? layout.shard_numel : layout.padded_numel;
@@ -245,11 +243,11 @@ void Engine::Impl::all_gather_host(const void* in, void* out, std::size_t count,
     return;
   }
   const std::size_t b = count * size_of(dtype);
-  Allocation tmp = ledger.allocate(Category::other, b * (static_cast<std::size_t>(ranks) + 1), mem);
+  Allocation tmp = alloc(Category::other, static_cast<std::int64_t>(b) * (ranks + 1));
   auto* base = static_cast<std::byte*>(tmp.data());
   backend->upload(base, in, b);
-  world.all_gather(comm::ConstView{base, count, dtype, mem},
-                   comm::View{base + b, count * ranks, dtype, mem});
+  world.all_gather(comm::ConstView{base, count, dtype, tmp.where()},
+                   comm::View{base + b, count * ranks, dtype, tmp.where()});
   backend->download(out, base + b, b * ranks);
 }
 
@@ -330,12 +328,11 @@ void Engine::init_params(const std::function<void(int, std::span<float>)>& fill)
     const auto& U = s.layout.units[u];
     const int ui = static_cast<int>(u);
     const float* src = master + s.state_offset(ui);
+    // (fp32 params that are the master buffer: the store copies nothing, dst being src.)
     if (!s.policy.shard_optimizer) {
-      if (!s.params_alias_master)
-        s.store(slice(s.params_full, s.work_dtype, U.offset, U.padded_numel), src);
+      s.store(slice(s.full_params(), s.work_dtype, U.offset, U.padded_numel), src);
     } else if (s.policy.shard_params && !U.persistent) {
-      if (!s.params_alias_master)
-        s.store(slice(s.params_shard, s.work_dtype, U.shard_offset, U.shard_numel), src);
+      s.store(slice(s.shard_params(), s.work_dtype, U.shard_offset, U.shard_numel), src);
     } else {
       Allocation tmp = s.alloc(Category::comm_buckets, bytes(U.shard_numel, s.work_dtype));
       Slice shard = slice(tmp, s.work_dtype, 0, U.shard_numel);
@@ -466,7 +463,7 @@ void Engine::reset_comm_accounting() { impl_->world.reset_accounting(); }
 MemoryReport Engine::memory() const {
   const Impl& s = *impl_;
   MemoryReport r;
-  r.ledger = s.ledger.snapshot(s.mem);
+  r.ledger = s.ledger.snapshot(s.mem());
   auto cur = [&](Category c) { return r.ledger[c].current; };
   auto peak = [&](Category c) { return r.ledger[c].peak; };
   r.params = cur(Category::params);

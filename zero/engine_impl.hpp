@@ -59,7 +59,7 @@ struct Engine::Impl {
   std::int64_t accumulation = 1;     // gradient_accumulation_steps
   // Where the buffers live and what computes on them (host + kernels/cpu, or device + kernels/cuda).
   std::unique_ptr<Backend> backend;
-  comm::Memory mem = comm::Memory::host;  // backend->memory()
+  comm::Memory mem() const { return backend->memory(); }
   Ledger ledger;
 
   // fp32 optimizer state: shards (stages 1-3) or full (stage 0), indexed like `master_offset`.
@@ -101,7 +101,7 @@ struct Engine::Impl {
   std::int64_t own_shard_offset(int u) const;  // in `reduced` coordinates
 
   Allocation alloc(Category c, std::int64_t bytes) {
-    return ledger.allocate(c, static_cast<std::size_t>(bytes), mem);
+    return ledger.allocate(c, static_cast<std::size_t>(bytes), mem());
   }
   void store(const Slice& dst, const float* src) {
     backend->store_from_f32(dst.data, dst.dtype, src, dst.count);

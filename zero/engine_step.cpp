@@ -5,10 +5,6 @@
 #include <cstring>
 #include <sstream>
 
-#include "kernels/cpu/adamw.hpp"
-#include "kernels/cpu/elementwise.hpp"
-#include "kernels/cpu/norm.hpp"
-#include "precision/convert.hpp"
 #include "zero/engine_impl.hpp"
 #include "zero/schedule.hpp"
 
@@ -200,8 +196,8 @@ std::vector<float> Engine::gather_master(int p) {
     return out;
   }
   const comm::ConstView shard{master + U.shard_offset, static_cast<std::size_t>(U.shard_numel),
-                              DType::f32, s.mem};
-  if (s.mem == comm::Memory::host) {  // an inspection copy: the trainer's memory, not the engine's
+                              DType::f32, s.mem()};
+  if (s.mem() == comm::Memory::host) {  // an inspection copy: the trainer's memory, not the engine's
     std::vector<float> unit(static_cast<std::size_t>(U.padded_numel));
     s.world.all_gather(shard, comm::View{unit.data(), unit.size(), DType::f32});
     std::copy_n(unit.begin() + pl.offset, pl.numel, out.begin());
