@@ -357,6 +357,10 @@ void Config::validate_world(int world) const {
                 at_key("zero_optimization.zero_hpz_partition_size"));
 }
 
+void Config::resolve_batch(int world) {
+  validate_world(world);  // placeholder until the batch rule lands (issue 9)
+}
+
 namespace {
 
 // Indented, with the shortest round-trip numbers (Boost would write 1E-3 and 5E8).

@@ -44,6 +44,7 @@ struct OptimizerConfig {
   double beta2 = 0.999;                       // second-moment decay, in [0, 1)
   double eps = 1e-8;                          // added to sqrt(v); > 0
   double weight_decay = 0.0;                  // FusedAdam's default; >= 0
+  bool bias_correction = true;                // params.bias_correction: divide m, v by 1 - beta^t
   friend bool operator==(const OptimizerConfig&, const OptimizerConfig&) = default;
 };
 
@@ -101,6 +102,16 @@ struct Config {
   std::int64_t seed = 42;                           // zero's own key (not DeepSpeed's)
   ZeroConfig zero;                                  // zero_optimization {...}
   std::int64_t steps_per_print = 10;                // log every this many optimizer steps
+  double comm_timeout_seconds = 600;                // zero's own key "comm_timeout": a collective
+                                                    // without progress this long fails
+  std::int64_t max_consecutive_skipped_steps = 100; // zero's own key: step() throws after this
+                                                    // many skipped steps in a row
+  // Which batch keys the text gave (DeepSpeed's batch rule derives the others; see resolve_batch).
+  bool micro_batch_given = false;
+  bool accumulation_given = false;
+  // Keys whose value was "auto" (Hugging Face Trainer placeholders), as dotted paths in text
+  // order; they hold zero's defaults until the caller fills them. Not part of the value.
+  std::vector<std::string> auto_keys;
   // One sentence per key that was accepted but has no effect (a DeepSpeed-only key, a stage-3
   // size below stage 3, ...). Not part of the configuration's value: operator== ignores it.
   std::vector<std::string> warnings;
@@ -109,6 +120,11 @@ struct Config {
   // micro * accumulation * world, and that zero_hpz_partition_size divides world.
   // Throws zero::Error naming the key and the numbers.
   void validate_world(int world) const;
+
+  // DeepSpeed's batch rule at this world size: train_batch_size = micro x accumulation x world;
+  // any two given determine the third, all three given must agree. Fills the fields not given
+  // and marks them given; throws zero::Error naming the keys and the numbers.
+  void resolve_batch(int world);
 
   friend bool operator==(const Config& a, const Config& b);
 };
