@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "cli/commands.hpp"
-#include "cli/options.hpp"
 #include "cli/launch.hpp"
+#include "cli/options.hpp"
 #include "zero/zero.hpp"
 
 namespace zero::cli {
@@ -19,7 +19,9 @@ using comm::Communicator;
 using comm::ReduceOp;
 
 // Values small enough that every sum is exact in bf16, fp16 and fp32, so the check is equality.
-float value(int rank, std::size_t i) { return static_cast<float>((rank + 1) * ((i % 7) + 1) % 13); }
+float value(int rank, std::size_t i) {
+  return static_cast<float>((rank + 1) * ((i % 7) + 1) % 13);
+}
 
 struct Row {
   std::string op, dtype;
@@ -52,28 +54,37 @@ void check_dtype(Communicator& c, DType dt, std::size_t count, int iters, FromFl
     for (int k = 0; k < iters; ++k) body();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
   };
-  comm::View vin{in.data(), count, dt}, vout{out.data(), count, dt}, vblk{block.data(), count / n, dt};
+  comm::View vin{in.data(), count, dt}, vout{out.data(), count, dt},
+      vblk{block.data(), count / n, dt};
   std::string dname(name_of(dt));
 
   Row ar{"all_reduce", dname, count * sizeof(T), 0, 2 * f1, true};
-  ar.seconds = time([&] { fill(); c.all_reduce(vin, ReduceOp::sum); });
+  ar.seconds = time([&] {
+    fill();
+    c.all_reduce(vin, ReduceOp::sum);
+  });
   for (std::size_t i = 0; i < count; ++i) ar.ok &= to(in[i]) == expect_sum(i);
   rows.push_back(ar);
 
   Row rs{"reduce_scatter", dname, count * sizeof(T), 0, f1, true};
   fill();
   rs.seconds = time([&] { c.reduce_scatter(vin, vblk, ReduceOp::sum); });
-  for (std::size_t i = 0; i < count / n; ++i) rs.ok &= to(block[i]) == expect_sum(r * count / n + i);
+  for (std::size_t i = 0; i < count / n; ++i)
+    rs.ok &= to(block[i]) == expect_sum(r * count / n + i);
   rows.push_back(rs);
 
   Row ag{"all_gather", dname, count * sizeof(T), 0, f1, true};
   for (std::size_t i = 0; i < count / n; ++i) block[i] = from(value(r, i));
   ag.seconds = time([&] { c.all_gather(vblk, vout); });
-  for (std::size_t i = 0; i < count; ++i) ag.ok &= to(out[i]) == value(int(i / (count / n)), i % (count / n));
+  for (std::size_t i = 0; i < count; ++i)
+    ag.ok &= to(out[i]) == value(int(i / (count / n)), i % (count / n));
   rows.push_back(ag);
 
   Row bc{"broadcast", dname, count * sizeof(T), 0, 1, true};
-  bc.seconds = time([&] { fill(); c.broadcast(vin, 0); });
+  bc.seconds = time([&] {
+    fill();
+    c.broadcast(vin, 0);
+  });
   for (std::size_t i = 0; i < count; ++i) bc.ok &= to(in[i]) == value(0, i);
   rows.push_back(bc);
 }
@@ -84,11 +95,15 @@ int cmd_comm_check(const Args& argv) {
   namespace po = boost::program_options;
   int ranks = 1, iters = 5;
   std::size_t mib = 4;
+  double timeout = comm::Options{}.timeout_seconds;
   po::options_description opts("zero comm-check options");
-  opts.add_options()("ranks,n", po::value(&ranks), "number of ranks (outside an MPI job: relaunch under mpirun)")(
+  opts.add_options()("ranks,n", po::value(&ranks),
+                     "number of ranks (outside an MPI job: relaunch under mpirun)")(
       "mib", po::value(&mib)->default_value(4), "buffer size per collective in MiB")(
       "iters", po::value(&iters)->default_value(5), "timed iterations per collective")(
-      "help,h", "show this help");
+      "timeout", po::value(&timeout)->default_value(timeout),
+      "seconds a collective may make no progress (a rank stalled or died) before the job ends "
+      "with an error naming it")("help,h", "show this help");
   const po::variables_map vm = parse_options(argv, opts);
   if (vm.count("help")) {
     std::cout << opts;
@@ -97,16 +112,24 @@ int cmd_comm_check(const Args& argv) {
   if (!vm.count("ranks")) ranks = in_mpi_job() ? 0 : 1;
   if (ranks > 0) ensure_ranks(ranks, argv);
   if (iters < 1 || mib < 1) throw Error("--iters and --mib must be at least 1");
+  if (!(timeout > 0) || !std::isfinite(timeout))
+    throw Error(cat("--timeout must be a positive number of seconds, got ", timeout));
 
   comm::MpiRuntime mpi;
-  auto c = comm::make_mpi_communicator();
+  comm::Options options;
+  options.timeout_seconds = timeout;
+  auto c = comm::make_mpi_communicator(MPI_COMM_WORLD, options);
+  check_job_size(c->size(), "comm-check");
   std::vector<Row> rows;
   const std::size_t bytes = mib << 20;
-  check_dtype<float>(*c, DType::f32, bytes / 4, iters, [](float x) { return x; }, [](float x) { return x; }, rows);
-  check_dtype<bf16>(*c, DType::bf16, bytes / 2, iters, [](float x) { return to_bf16(x); },
-                    [](bf16 x) { return to_float(x); }, rows);
-  check_dtype<fp16>(*c, DType::f16, bytes / 2, iters, [](float x) { return to_fp16(x); },
-                    [](fp16 x) { return to_float(x); }, rows);
+  check_dtype<float>(
+      *c, DType::f32, bytes / 4, iters, [](float x) { return x; }, [](float x) { return x; }, rows);
+  check_dtype<bf16>(
+      *c, DType::bf16, bytes / 2, iters, [](float x) { return to_bf16(x); },
+      [](bf16 x) { return to_float(x); }, rows);
+  check_dtype<fp16>(
+      *c, DType::f16, bytes / 2, iters, [](float x) { return to_fp16(x); },
+      [](fp16 x) { return to_float(x); }, rows);
 
   // A rank's check is only as good as every rank's: a result is exact only if it is on all.
   std::vector<std::int32_t> failed(rows.size());
@@ -125,7 +148,8 @@ int cmd_comm_check(const Args& argv) {
       std::printf("%-15s %-5s %10.2f %10.3f %12.2f  %s\n", r.op.c_str(), r.dtype.c_str(),
                   r.bytes / 1048576.0, r.seconds * 1e3, busbw, !failed[i] ? "exact" : "WRONG");
     }
-    std::printf("%s\n", pass ? "all collectives exact on every rank" : "SOME COLLECTIVES ARE WRONG");
+    std::printf("%s\n",
+                pass ? "all collectives exact on every rank" : "SOME COLLECTIVES ARE WRONG");
   }
   return pass ? 0 : 1;
 }

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 
 #include "comm/mpi_runtime.hpp"
 #include "zero/error.hpp"
@@ -17,19 +19,40 @@
 namespace zero::cli {
 namespace {
 
-const char* env(const char* name) { return std::getenv(name); }
+const char* env(const char* name) {
+  return std::getenv(name);
+}
 
 int env_int(const char* name) {
   const char* v = env(name);
   return v ? std::atoi(v) : 0;
 }
 
-// The job size the launcher announced, or 0 if none did.
-int job_size() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS"}) {
-    if (int n = env_int(name); n > 0) return n;
+// The job size the launcher announced and the variable that said it, or {0, ""} if none did.
+std::pair<int, std::string> launcher_size() {
+  for (const char* name :
+       {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+    if (int n = env_int(name); n > 0) return {n, name};
   }
-  return 0;
+  if (env("SLURM_STEP_ID") != nullptr)
+    if (int n = env_int("SLURM_NTASKS"); n > 0) return {n, "SLURM_NTASKS"};
+  return {0, ""};
+}
+
+int job_size() {
+  return launcher_size().first;
+}
+
+// torchrun (and torch.distributed.launch) announce a job in WORLD_SIZE/RANK/LOCAL_RANK, which
+// MPI does not read: every process would then be a job of one rank.
+void refuse_torchrun(std::string_view command) {
+  const int world = env_int("WORLD_SIZE");
+  if (world <= 1 || launcher_size().first > 0) return;
+  throw Error(cat("WORLD_SIZE=", world,
+                  " is set (torchrun's variables) but zero does not read it: "
+                  "zero launches its ranks with mpirun or srun; run `zero ",
+                  command, " -n ", world, "` (it starts mpirun itself), `mpirun -n ", world,
+                  " zero ", command, "` or `srun --mpi=pmix -n ", world, " zero ", command, "`"));
 }
 
 std::string find_in_path(const std::string& program) {
@@ -48,10 +71,30 @@ std::string find_in_path(const std::string& program) {
 
 }  // namespace
 
-bool in_mpi_job() { return comm::in_mpi_job(); }
+bool in_mpi_job() {
+  return comm::in_mpi_job();
+}
+
+void check_job_size(int world_size, std::string_view command) {
+  refuse_torchrun(command);
+  const auto [n, name] = launcher_size();
+  if (n == 0 || n == world_size) return;
+  const bool slurm = name.rfind("SLURM_", 0) == 0;
+  if (slurm)
+    throw Error(cat("srun started ", n, " tasks (", name, "=", n, ") but MPI sees a job of ",
+                    world_size, world_size == 1 ? " rank" : " ranks",
+                    ": srun launched them without PMI support for this MPI, so each task runs "
+                    "alone; launch with `srun --mpi=pmix` (`srun --mpi=list` shows what this "
+                    "Slurm offers) or with mpirun inside the allocation"));
+  throw Error(cat("the launcher started ", n, " ranks (", name, "=", n, ") but MPI sees a job of ",
+                  world_size, world_size == 1 ? " rank" : " ranks",
+                  ": zero is linked against another MPI than the launcher's; start it with that "
+                  "MPI's own mpirun"));
+}
 
 void ensure_ranks(int ranks, const std::vector<std::string>& argv) {
   if (ranks < 1) throw Error(cat("-n/--ranks must be at least 1, got ", ranks));
+  refuse_torchrun(argv.size() > 1 ? std::string_view(argv[1]) : std::string_view("<command>"));
   if (in_mpi_job()) {
     int n = job_size();
     if (n > 0 && n != ranks)
@@ -61,12 +104,14 @@ void ensure_ranks(int ranks, const std::vector<std::string>& argv) {
   }
   if (ranks == 1) return;  // a singleton MPI run needs no launcher
   if (env("ZERO_RELAUNCHED"))
-    throw Error("relaunched under mpirun but the launcher's environment is missing; "
-                "is `mpirun` OpenMPI's? (PMIx/OMPI variables not found)");
+    throw Error(
+        "relaunched under mpirun but the launcher's environment is missing; "
+        "is `mpirun` OpenMPI's? (PMIx/OMPI variables not found)");
 
   std::string mpirun = find_in_path("mpirun");
   if (mpirun.empty())
-    throw Error(cat("-n ", ranks, " needs mpirun, which is not on PATH; install OpenMPI "
+    throw Error(cat("-n ", ranks,
+                    " needs mpirun, which is not on PATH; install OpenMPI "
                     "(apt-get install openmpi-bin) or start zero under your MPI launcher"));
   std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
 
@@ -80,7 +125,10 @@ void ensure_ranks(int ranks, const std::vector<std::string>& argv) {
   ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
   ::setenv("ZERO_RELAUNCHED", "1", 1);
 
-  std::vector<std::string> args = {mpirun, "-n", std::to_string(ranks), "--bind-to", "none"};
+  // -q: without it mpirun adds its banners ("MPI_ABORT was invoked on rank 0...", "Primary job
+  // terminated normally, but 1 process returned a non-zero exit code...") under the one line
+  // of the error that ended the job (comm::abort_job); Open MPI 4.1 keeps it for real trouble.
+  std::vector<std::string> args = {mpirun, "-q", "-n", std::to_string(ranks), "--bind-to", "none"};
   if (static_cast<unsigned>(ranks) > std::thread::hardware_concurrency())
     args.push_back("--oversubscribe");
   args.push_back(self);

@@ -1,13 +1,20 @@
 // `zero`: the command line. Dispatches to a subcommand; turns every zero::Error into one line
-// on stderr and a non-zero exit code (the library itself never exits).
+// on stderr and a non-zero exit code (the library itself never exits). In a job of several ranks
+// an error ends the whole job through comm::abort_job: printed once (not once per rank), and
+// never by finalising MPI under ranks that may still wait for this one (docs/design.md, "Note:
+// the failure path").
 #include <boost/program_options/errors.hpp>
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "cli/commands.hpp"
+#include "comm/abort.hpp"
 #include "zero/error.hpp"
+#include "zero/json_reader.hpp"
 
 namespace {
 
@@ -33,6 +40,28 @@ void usage(std::ostream& out) {
     out << "  " << c.name << std::string(12 - c.name.size(), ' ') << c.help << '\n';
 }
 
+// Prints `line` and returns `code`, or, in a job of several ranks (or after a communicator broke),
+// ends the job: one rank's failure must not leave the others waiting for it until the timeout.
+int fail(const std::string& line, int code) {
+  if (zero::comm::job_size() > 1 || zero::comm::any_communicator_broken())
+    zero::comm::abort_job(line, code);
+  const std::string whole = line + '\n';
+  std::fwrite(whole.data(), 1, whole.size(), stderr);  // one write: lines of ranks never mix
+  return code;
+}
+
+// "zero: unknown command 'trian'; did you mean 'train'?" and the usage.
+int unknown_command(const std::string& name) {
+  std::vector<std::string_view> names;
+  for (const auto& c : kCommands) names.push_back(c.name);
+  std::string line = "zero: unknown command '" + name + "'";
+  if (auto best = zero::detail::nearest(name, names); !best.empty())
+    line += "; did you mean '" + std::string(best) + "'?";
+  std::cerr << line << "\n\n";
+  usage(std::cerr);
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -44,21 +73,16 @@ int main(int argc, char** argv) {
   if (args[1] == "--version") args[1] = "info";
   for (const auto& c : kCommands) {
     if (c.name != args[1]) continue;
+    const std::string prefix = "zero " + std::string(c.name) + ": ";
     try {
       return c.run(args);
     } catch (const boost::program_options::error& e) {
-      std::cerr << "zero " << c.name << ": " << e.what() << " (see zero " << c.name
-                << " --help)\n";
-      return 2;
+      return fail(prefix + e.what() + " (see zero " + std::string(c.name) + " --help)", 2);
     } catch (const zero::Error& e) {
-      std::cerr << "zero " << c.name << ": error: " << e.what() << '\n';
-      return 1;
+      return fail(prefix + "error: " + e.what(), 1);
     } catch (const std::exception& e) {
-      std::cerr << "zero " << c.name << ": unexpected error: " << e.what() << '\n';
-      return 1;
+      return fail(prefix + "unexpected error: " + e.what(), 1);
     }
   }
-  std::cerr << "zero: unknown command '" << args[1] << "'\n\n";
-  usage(std::cerr);
-  return 2;
+  return unknown_command(args[1]);
 }

@@ -8,8 +8,10 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
+#include "comm/abort.hpp"
 #include "comm/all_gather.hpp"
 #include "comm/broadcast.hpp"
 #include "comm/mpi_runtime.hpp"
@@ -88,7 +90,10 @@ class MpiCommunicator final : public Communicator {
       stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();  // drains the queue first: every queued collective completes or fails
+    // Drains the queue first: every queued collective completes or fails (at once when broken).
+    thread_.join();
+    std::lock_guard lock(mu_);
+    if (!broken_.empty()) comm_.leak();  // its abandoned collectives may still progress
   }
 
   int rank() const override { return link_.rank; }
@@ -338,27 +343,31 @@ class MpiCommunicator final : public Communicator {
     }
     t.sig.seq = ++seq_;
     t.sig.chunk_bytes = static_cast<std::int64_t>(options_.chunk_bytes);
-    bool data_phase = false;
+    t.sig.last_done = last_done_;
+    std::optional<std::string> mismatch;
     std::exception_ptr error;
     std::uint64_t wire = 0;
     auto context = [&] { return cat(mpi::describe(t.sig), " (collective #", t.sig.seq, ")"); };
+    bool all_arrived = false;  // the signature exchange completed: every rank reached it
     try {
-      if (options_.verify) {
-        if (auto mismatch = mpi::agree(link_, t.sig, graveyard_)) throw Error(*mismatch, here());
-      }
-      if (t.sig.valid) {
-        data_phase = true;
-        if (t.body) wire = t.body();
-      }
+      if (options_.verify) mismatch = mpi::agree(link_, t.sig, graveyard_, &arrivals_);
+      all_arrived = options_.verify && !mismatch;
+      if (!mismatch && t.sig.valid && t.body) wire = t.body();
     } catch (const mpi::TimeoutError& e) {
-      error = std::make_exception_ptr(break_with(cat(context(), " ", e.what())));
-    } catch (const Error& e) {
-      // A mismatch leaves nothing in flight; a failure mid-transfer does.
-      error = data_phase ? std::make_exception_ptr(break_with(cat(context(), ": ", e.what())))
-                         : std::current_exception();
+      // In the data phase the rank named is the peer this rank waited for; in a ring that peer
+      // may itself be waiting for the rank that stopped.
+      const char* during = all_arrived ? " (every rank had reached this collective: one stopped "
+                                         "during the transfer, the rank named or one it waits for)"
+                                       : "";
+      error = std::make_exception_ptr(break_with(cat(context(), " ", e.what(), during)));
     } catch (const std::exception& e) {
+      // Anything else that fails inside MPI (a peer that died, a transfer cut midway) may also
+      // leave messages in flight.
       error = std::make_exception_ptr(break_with(cat(context(), ": ", e.what())));
     }
+    // A mismatch leaves nothing in flight (the ranks agree that no data moved): still usable.
+    if (mismatch) error = std::make_exception_ptr(Error(*mismatch, here()));
+    if (!error && t.sig.valid) last_done_ = t.sig.seq;
     if (!error && t.sig.valid && t.accounted) {
       std::lock_guard lock(acct_mu_);
       OpStats& s = acct_[t.op];
@@ -371,6 +380,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   Error break_with(const std::string& what) {
+    detail::note_broken();
     std::lock_guard lock(mu_);
     if (broken_.empty()) broken_ = what;
     return Error(cat(what, "; this communicator is now unusable"), here());
@@ -382,7 +392,9 @@ class MpiCommunicator final : public Communicator {
   // Touched only by the thread executing a task (busy_ serialises them), and the destructor.
   mpi::Scratch scratch_;
   mpi::Graveyard graveyard_;
+  mpi::Arrivals arrivals_;
   std::int64_t seq_ = 0;
+  std::int64_t last_done_ = 0;  // the last collective that completed here without error
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -435,9 +447,24 @@ std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, Options optio
   if (options.pipeline_depth < 1)
     throw Error(
         cat("make_mpi_communicator: pipeline_depth must be >= 1, got ", options.pipeline_depth));
-  MPI_Comm dup = MPI_COMM_NULL;
-  mpi::check(MPI_Comm_dup(comm, &dup), "MPI_Comm_dup");
-  return std::make_unique<MpiCommunicator>(mpi::CommOwner(dup), options);
+  // Nonblocking, so that a rank that never arrives is a timeout here too, not a hang.
+  auto dup = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
+  mpi::Request r(mpi::Request::Kind::collective);
+  mpi::check(MPI_Comm_idup(comm, dup.get(), r.slot()), "MPI_Comm_idup");
+  mpi::Patience patience;
+  patience.timeout_s = options.timeout_seconds;
+  try {
+    mpi::wait(r, patience, "every rank to create the communicator");
+  } catch (const mpi::TimeoutError& e) {
+    static_cast<void>(dup.release());  // MPI may still write it: the pending duplicate leaks
+    detail::note_broken();
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    Error::Where w;
+    w.rank = rank;
+    throw Error(cat("make_mpi_communicator: ", e.what()), w);
+  }
+  return std::make_unique<MpiCommunicator>(mpi::CommOwner(*dup), options);
 }
 
 }  // namespace zero::comm

@@ -21,9 +21,12 @@ namespace zero::comm {
 // Failures: arguments that are wrong on this rank throw at the call. Ranks that disagree (a
 // different collective, count, dtype, op or root) all throw zero::Error naming who called what;
 // the communicator stays usable, because nothing was exchanged. A collective that makes no
-// progress for Options::timeout_seconds throws on the ranks that wait, and leaves this
-// communicator unusable (every later call throws, naming the first failure): its messages may
-// still be in flight. Tear the job down, or continue on a new communicator.
+// progress for Options::timeout_seconds throws on the ranks that wait, naming the ranks that had
+// reached it and those that had not (with the last collective each completed or reached), or the
+// peer of the transfer that stopped. It leaves this communicator unusable (every later call
+// throws, naming the first failure), since its messages may still be in flight, and marks the
+// process (comm::any_communicator_broken): MPI must then not be finalised; end the job with
+// comm::abort_job (comm/abort.hpp, docs/design.md "Note: the failure path").
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm = MPI_COMM_WORLD,
                                                     Options options = {});
 

@@ -55,10 +55,14 @@ void Request::abandon() noexcept {
   r_ = MPI_REQUEST_NULL;
 }
 
-void wait(Request& r, const Patience& patience, std::string_view what, int peer) {
+namespace {
+
+// Polls done() until it holds; throws TimeoutError past patience.timeout_s.
+template <class Done>
+void poll_until(Done done, const Patience& patience, std::string_view what, int peer) {
   const double timeout_s = patience.timeout_s;
   using clock = std::chrono::steady_clock;
-  if (r.test()) return;
+  if (done()) return;
   const auto start = clock::now();
   for (;;) {
     const double waited = std::chrono::duration<double>(clock::now() - start).count();
@@ -76,8 +80,25 @@ void wait(Request& r, const Patience& patience, std::string_view what, int peer)
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     else if (waited >= patience.spin_s)
       std::this_thread::yield();
-    if (r.test()) return;
+    if (done()) return;
   }
+}
+
+}  // namespace
+
+void wait(Request& r, const Patience& patience, std::string_view what, int peer) {
+  poll_until([&] { return r.test(); }, patience, what, peer);
+}
+
+void wait_all(std::span<Request> rs, const Patience& patience, std::string_view what) {
+  poll_until(
+      [&] {
+        bool all = true;
+        for (Request& r : rs)
+          if (r.pending() && !r.test()) all = false;
+        return all;
+      },
+      patience, what, -1);
 }
 
 Request isend(const void* data, std::size_t bytes, int dest, int tag, MPI_Comm comm) {

@@ -39,6 +39,9 @@ class CommOwner {
   }
   ~CommOwner() { reset(); }
   MPI_Comm get() const { return c_; }
+  // Gives up ownership without freeing: a broken communicator's abandoned collectives still
+  // reference it, and Open MPI's progress engine crashes on a freed one (seen in MPI_Finalize).
+  void leak() { c_ = MPI_COMM_NULL; }
 
  private:
   void reset();
@@ -49,7 +52,7 @@ class CommOwner {
 // a timeout or another error) it is abandoned safely: a receive is cancelled (so it can no longer
 // write into its buffer), a send is released to finish on its own, and a nonblocking collective,
 // which MPI allows neither to cancel nor to free, is left alone (its buffers must outlive it:
-// see Graveyard in mpi_communicator.cpp).
+// see Graveyard in comm/signature.hpp).
 class Request {
  public:
   enum class Kind { recv, send, collective };
@@ -90,6 +93,9 @@ struct Patience {
 // peer). Throws TimeoutError "timed out after T s waiting for <what> [rank <peer>]" if r does
 // not complete within patience.timeout_s seconds (peer < 0: no rank is named).
 void wait(Request& r, const Patience& patience, std::string_view what, int peer = -1);
+// The same for every request of rs (each is tested in turn, which also drives progress). After a
+// TimeoutError, the requests that completed are exactly those no longer pending().
+void wait_all(std::span<Request> rs, const Patience& patience, std::string_view what);
 
 // Shared-memory MPI moves a message only while its ranks are inside MPI calls. Long local work
 // (a fold, a copy) is therefore cut into pieces of this many bytes with a progress() between
@@ -114,5 +120,6 @@ Request irecv(void* data, std::size_t bytes, int source, int tag, MPI_Comm comm)
 inline constexpr int kTagReduceScatter = 101;
 inline constexpr int kTagAllGather = 102;
 inline constexpr int kTagBroadcast = 103;
+inline constexpr int kTagSignature = 104;
 
 }  // namespace zero::comm::mpi

@@ -2,7 +2,9 @@
 #include "comm/mpi_runtime.hpp"
 
 #include <cstdlib>
+#include <exception>
 
+#include "comm/abort.hpp"
 #include "zero/error.hpp"
 
 namespace zero::comm {
@@ -55,7 +57,20 @@ MpiRuntime::~MpiRuntime() {
   if (!owns_) return;
   int finalised = 0;
   MPI_Finalized(&finalised);
-  if (!finalised) MPI_Finalize();
+  if (finalised) return;
+  // MPI_Finalize waits for every rank. After a communicator broke (a rank stalled or died) it
+  // would wait forever, and a stalled rank resuming would deliver its abandoned collective into
+  // freed state (a segfault inside MPI_Finalize, seen with Open MPI 4.1). Likewise when an
+  // exception unwinds us in a job of several ranks: the others may be waiting for this rank in a
+  // collective, not in MPI_Finalize. In both cases MPI stays initialised so that the handler can
+  // end the job with abort_job (docs/design.md, "Note: the failure path").
+  if (any_communicator_broken()) return;
+  if (std::uncaught_exceptions() > 0) {
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > 1) return;
+  }
+  MPI_Finalize();
 }
 
 int node_local_rank(MPI_Comm comm) {

@@ -10,6 +10,9 @@ namespace zero::comm {
 // calls MPI while the caller's thread may too) and finalises it on destruction. If MPI is already
 // initialised (by the host program), it does nothing and finalises nothing. Destroy every
 // communicator before it. Throws zero::Error when MPI cannot give MPI_THREAD_MULTIPLE.
+// It does not finalise after a communicator broke (any_communicator_broken), nor when destroyed
+// by an exception in a job of several ranks: MPI_Finalize would wait for ranks that may never
+// come. MPI is then left initialised for abort_job (comm/abort.hpp), which the handler calls.
 class MpiRuntime {
  public:
   MpiRuntime();

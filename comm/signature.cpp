@@ -2,6 +2,7 @@
 #include "comm/signature.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <sstream>
 
 namespace zero::comm::mpi {
@@ -11,7 +12,8 @@ std::array<std::int64_t, Signature::kFields> Signature::pack() const {
           reduce_op, in_count,
           out_count, in_type,
           out_type,  root,
-          valid,     chunk_bytes};
+          valid,     chunk_bytes,
+          last_done};
 }
 
 Signature Signature::unpack(const std::int64_t* v) {
@@ -26,7 +28,28 @@ Signature Signature::unpack(const std::int64_t* v) {
   s.root = v[7];
   s.valid = v[8];
   s.chunk_bytes = v[9];
+  s.last_done = v[10];
   return s;
+}
+
+bool Signature::same_call(const Signature& o) const {
+  Signature a = *this, b = o;
+  a.last_done = b.last_done = 0;
+  return a.pack() == b.pack();
+}
+
+std::string rank_list(std::span<const int> ranks) {
+  std::ostringstream o;
+  o << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (j < i + 3) j = i;  // runs shorter than 4 stay listed: "0,1,2"
+    o << (i ? "," : "") << ranks[i];
+    if (j > i) o << '-' << ranks[j];
+    i = j + 1;
+  }
+  return o.str();
 }
 
 namespace {
@@ -77,7 +100,7 @@ std::string mismatch_message(std::span<const Signature> all) {
   std::vector<std::pair<Signature, std::vector<int>>> groups;
   for (std::size_t r = 0; r < all.size(); ++r) {
     auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const auto& g) { return g.first == all[r]; });
+                           [&](const auto& g) { return g.first.same_call(all[r]); });
     if (it == groups.end()) {
       groups.push_back({all[r], {}});
       it = groups.end() - 1;
@@ -92,11 +115,8 @@ std::string mismatch_message(std::span<const Signature> all) {
   std::ostringstream o;
   o << "collective #" << all[0].seq << " mismatch: ";
   for (std::size_t g = 0; g < groups.size(); ++g) {
-    const auto& ranks = groups[g].second;
     if (g > 0) o << (g + 1 == groups.size() ? " but " : ", ");
-    o << (ranks.size() == 1 ? "rank " : "ranks ");
-    for (std::size_t i = 0; i < ranks.size(); ++i) o << (i ? "," : "") << ranks[i];
-    o << " called " << describe(groups[g].first);
+    o << rank_list(groups[g].second) << " called " << describe(groups[g].first);
     if (seq_differs) o << " as collective #" << groups[g].first.seq;
     if (chunk_differs) o << " with Options::chunk_bytes=" << groups[g].first.chunk_bytes;
   }
@@ -106,58 +126,109 @@ std::string mismatch_message(std::span<const Signature> all) {
 
 Graveyard::~Graveyard() {
   for (auto& e : entries_) {
-    bool done = false;
+    bool done = true;
     try {
       done = e->req.test();
+      for (Request& r : e->peers) done = r.test() && done;
     } catch (...) {
+      done = false;
     }
-    // Still pending: MPI may write into recv later, so its memory must never be reused.
+    // Still pending: MPI may write into recv (or read send) later, so that memory must never be
+    // reused, and the requests must not be cancelled or freed by their destructors.
     if (!done) static_cast<void>(e.release());
   }
 }
 
-std::optional<std::string> agree(const Link& link, const Signature& mine, Graveyard& graveyard) {
-  constexpr int K = Signature::kFields;
-  const auto v = mine.pack();
-  auto e = std::make_unique<Graveyard::Entry>();
-  e->send.resize(2 * K);
-  e->recv.resize(2 * K);
-  for (int i = 0; i < K; ++i) {
-    e->send[static_cast<std::size_t>(i)] = v[static_cast<std::size_t>(i)];
-    e->send[static_cast<std::size_t>(K + i)] = -v[static_cast<std::size_t>(i)];
-  }
-  check(MPI_Iallreduce(e->send.data(), e->recv.data(), 2 * K, MPI_INT64_T, MPI_MAX, link.comm,
-                       e->req.slot()),
-        "MPI_Iallreduce");
-  try {
-    wait(e->req, link.patience,
-         "every rank to reach it (a rank never called it, or is stuck before it)");
-  } catch (const TimeoutError&) {
-    graveyard.bury(std::move(e));
-    throw;
-  }
-  bool same = true;
-  for (int i = 0; i < K; ++i)
-    same =
-        same && e->recv[static_cast<std::size_t>(i)] == -e->recv[static_cast<std::size_t>(K + i)];
-  if (same) return std::nullopt;
+namespace {
 
-  // Every rank saw the same max/min, so every rank takes this path: gather who called what.
-  auto g = std::make_unique<Graveyard::Entry>();
-  g->send.assign(v.begin(), v.end());
-  g->recv.resize(static_cast<std::size_t>(K) * static_cast<std::size_t>(link.size));
-  check(MPI_Iallgather(g->send.data(), K, MPI_INT64_T, g->recv.data(), K, MPI_INT64_T, link.comm,
-                       g->req.slot()),
-        "MPI_Iallgather");
-  try {
-    wait(g->req, link.patience, "every rank to report its call after a mismatch");
-  } catch (const TimeoutError&) {
-    graveyard.bury(std::move(g));
-    throw;
+// "rank 1 has not (it last reached #4); ranks 0,2 have (having completed #4)", from who arrived
+// (arrived[r]), what each arrived rank had completed and what the others last reached.
+std::string who_arrived(const std::vector<char>& arrived, const std::vector<Signature>& sigs,
+                        const Arrivals* history) {
+  // Group the ranks by (arrived, the number we know for them), keeping rank order within groups.
+  std::vector<std::pair<std::pair<bool, std::int64_t>, std::vector<int>>> groups;
+  for (std::size_t r = 0; r < arrived.size(); ++r) {
+    std::int64_t n = -1;
+    if (arrived[r])
+      n = sigs[r].last_done;
+    else if (history && r < history->last_reached.size())
+      n = history->last_reached[r];
+    const std::pair<bool, std::int64_t> key{arrived[r] != 0, n};
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
+    if (it == groups.end()) {
+      groups.push_back({key, {}});
+      it = groups.end() - 1;
+    }
+    it->second.push_back(static_cast<int>(r));
   }
-  std::vector<Signature> all;
-  for (int r = 0; r < link.size; ++r)
-    all.push_back(Signature::unpack(g->recv.data() + static_cast<std::size_t>(r) * K));
+  // The missing ranks first: they are the news.
+  std::stable_partition(groups.begin(), groups.end(), [](const auto& g) { return !g.first.first; });
+  std::ostringstream o;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const auto& [key, ranks] = groups[g];
+    const bool one = ranks.size() == 1;
+    o << (g ? "; " : "") << rank_list(ranks)
+      << (key.first ? (one ? " has" : " have") : (one ? " has not" : " have not"));
+    if (key.first && key.second >= 0)
+      o << " (having completed #" << key.second << ")";
+    else if (!key.first && key.second > 0)
+      o << " (the last collective " << (one ? "it" : "they") << " reached was #" << key.second
+        << ")";
+    else if (!key.first && key.second == 0)
+      o << " (" << (one ? "it" : "they") << " reached none before)";
+  }
+  return o.str();
+}
+
+}  // namespace
+
+std::optional<std::string> agree(const Link& link, const Signature& mine, Graveyard& graveyard,
+                                 Arrivals* arrivals) {
+  constexpr std::size_t K = Signature::kFields;
+  const auto v = mine.pack();
+  const std::size_t n = static_cast<std::size_t>(link.size);
+  const std::size_t me = static_cast<std::size_t>(link.rank);
+  auto e = std::make_unique<Graveyard::Entry>();
+  e->send.assign(v.begin(), v.end());
+  e->recv.resize(K * n);
+  std::copy(v.begin(), v.end(), e->recv.begin() + static_cast<std::ptrdiff_t>(me * K));
+  e->peers.reserve(2 * n);
+  // Receives first (peer order), then sends: e->peers[i] for i < n - 1 is the receive from the
+  // i-th other rank.
+  for (std::size_t p = 0; p < n; ++p)
+    if (p != me)
+      e->peers.push_back(irecv(e->recv.data() + p * K, K * sizeof(std::int64_t),
+                               static_cast<int>(p), kTagSignature, link.comm));
+  for (std::size_t p = 0; p < n; ++p)
+    if (p != me)
+      e->peers.push_back(isend(e->send.data(), K * sizeof(std::int64_t), static_cast<int>(p),
+                               kTagSignature, link.comm));
+  const auto unpack_all = [&] {
+    std::vector<Signature> all;
+    for (std::size_t r = 0; r < n; ++r) all.push_back(Signature::unpack(e->recv.data() + r * K));
+    return all;
+  };
+  try {
+    wait_all(e->peers, link.patience, "every rank to reach it");
+  } catch (const TimeoutError& t) {
+    std::vector<char> arrived(n, 0);
+    arrived[me] = 1;
+    for (std::size_t p = 0, i = 0; p < n; ++p)
+      if (p != me) arrived[p] = e->peers[i++].pending() ? 0 : 1;
+    const std::string who = who_arrived(arrived, unpack_all(), arrivals);
+    graveyard.bury(std::move(e));
+    throw TimeoutError(cat(t.what(), ": ", who));
+  }
+  const std::vector<Signature> all = unpack_all();
+  if (arrivals) {
+    arrivals->last_reached.resize(n, 0);
+    for (std::size_t r = 0; r < n; ++r) arrivals->last_reached[r] = all[r].seq;
+  }
+  const bool same =
+      std::all_of(all.begin(), all.end(), [&](const Signature& s) { return s.same_call(all[0]); });
+  if (same) return std::nullopt;
+  // Every rank holds every signature, so every rank builds the same message.
   return mismatch_message(all);
 }
 

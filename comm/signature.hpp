@@ -31,7 +31,7 @@ inline Call call_of(Op op) {
 }
 
 struct Signature {
-  static constexpr int kFields = 10;
+  static constexpr int kFields = 11;
   std::int64_t seq = 0;  // this communicator's collective number, from 1
   Call call = Call::barrier;
   std::int64_t reduce_op = -1;  // ReduceOp, or -1
@@ -42,6 +42,9 @@ struct Signature {
   std::int64_t root = -1;
   std::int64_t valid = 1;        // 0: the call failed local validation on this rank
   std::int64_t chunk_bytes = 0;  // Options::chunk_bytes: ranks must cut messages alike
+  // Not part of the call: the last collective this rank completed (-1: not tracked), so that a
+  // timeout can say where each rank was. Ranks may differ here (after a mismatch, say).
+  std::int64_t last_done = -1;
 
   std::array<std::int64_t, kFields> pack() const;
   static Signature unpack(const std::int64_t* v);
@@ -56,21 +59,26 @@ struct Signature {
     s.out_type = static_cast<std::int64_t>(out.dtype);
     return s;
   }
-  bool operator==(const Signature&) const = default;
+  // The same call (every field but last_done): what the ranks must agree on.
+  bool same_call(const Signature& o) const;
 };
 
 // "reduce_scatter(count=1024, bf16->fp32, sum)", "all_gather(count=256, bf16)", "barrier()".
 std::string describe(const Signature& s);
 // "collective #12 mismatch: rank 0 called ... but rank 2 called ..." from every rank's signature.
 std::string mismatch_message(std::span<const Signature> all);
+// "rank 3", "ranks 0,1,2", "ranks 0-5,7": a sorted list of ranks, runs of 4 or more folded.
+std::string rank_list(std::span<const int> ranks);
 
-// Nonblocking collectives that timed out: MPI allows neither cancelling nor freeing them and may
-// still write their receive buffers, so their buffers live here until the communicator dies, and
-// are deliberately leaked then if the collective still has not completed.
+// Nonblocking operations that timed out: MPI allows neither cancelling nor freeing a collective,
+// and a stalled peer may still deliver into a receive buffer or read a send buffer, so their
+// buffers live here until the communicator dies, and are deliberately leaked then if an
+// operation still has not completed.
 class Graveyard {
  public:
   struct Entry {
     Request req{Request::Kind::collective};
+    std::vector<Request> peers;  // point-to-point operations (the signature exchange)
     std::vector<std::int64_t> send, recv;
   };
   void bury(std::unique_ptr<Entry> e) { entries_.push_back(std::move(e)); }
@@ -80,9 +88,19 @@ class Graveyard {
   std::vector<std::unique_ptr<Entry>> entries_;
 };
 
-// Exchanges `mine` with every rank (one MPI_Iallreduce of the values and their negations under
-// MAX gives the maximum and minimum at once). Returns nothing when all ranks agree, else the
-// mismatch message, identical on every rank. Throws TimeoutError when some rank does not arrive.
-std::optional<std::string> agree(const Link& link, const Signature& mine, Graveyard& graveyard);
+// What this rank has learnt of the others from their signatures: the last collective each one
+// reached, so that a timeout can name where a missing rank stopped.
+struct Arrivals {
+  std::vector<std::int64_t> last_reached;  // per rank; 0: none yet
+};
+
+// Sends `mine` to every rank and receives theirs (point to point, so that a timeout knows which
+// ranks had arrived: each rank posts 2 (N - 1) messages of 88 bytes). Returns nothing when all
+// ranks agree, else the mismatch message, identical on every rank. Throws TimeoutError when some
+// rank does not arrive, naming the ranks that had reached the collective and those that had not,
+// with the last collective each one completed or reached, as far as `arrivals` (updated here;
+// may be null) and the signatures tell.
+std::optional<std::string> agree(const Link& link, const Signature& mine, Graveyard& graveyard,
+                                 Arrivals* arrivals = nullptr);
 
 }  // namespace zero::comm::mpi

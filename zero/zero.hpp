@@ -1,6 +1,7 @@
 // zero's public header: everything a trainer (and the `zero` command) may use.
 #pragma once
 
+#include "comm/abort.hpp"
 #include "comm/communicator.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/mpi_runtime.hpp"

@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The `zero` command when a job goes wrong, as a user sees it: a stalled rank ends the job with
+one whole error line and no mpirun banner, a mistyped command gets a did-you-mean, and a launcher
+whose task count MPI does not see (srun without PMI, torchrun) is refused with a sentence saying
+how to launch. Usage: test_faults.py path/to/zero. Prints 'N passed, N failed'."""
+import os, re, signal, subprocess, sys, time, uuid
+
+ZERO = sys.argv[1]
+passed, failed = 0, 0
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print(f"ok   {name}")
+    else:
+        failed += 1
+        print(f"FAIL {name}\n     {detail}")
+
+
+def clean_env(**extra):
+    """The environment of a user's shell: no launcher variables (the test itself may run under
+    one), plus `extra`."""
+    launcher = ("OMPI_", "PMIX_", "PMI_", "SLURM_", "WORLD_SIZE", "RANK", "LOCAL_RANK",
+                "ZERO_RELAUNCHED")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(launcher)}
+    env.update(extra)
+    return env
+
+
+def run(*args, timeout=60, **extra):
+    return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout,
+                          env=clean_env(**extra))
+
+
+def environ(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    except OSError:
+        return {}
+
+
+def rank_pids(marker):
+    """{rank: pid} of the zero processes of the job started with ZERO_FAULT_TEST=marker."""
+    found = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        env = environ(int(d))
+        if env.get(b"ZERO_FAULT_TEST") == marker.encode() and b"OMPI_COMM_WORLD_RANK" in env:
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    if not f.read().split(b"\0")[0].endswith(b"zero"):
+                        continue
+            except OSError:
+                continue
+            found[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(d)
+    return found
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# A mistyped command.
+r = run("trian")
+check("a mistyped command gets a did-you-mean",
+      r.returncode == 2 and "unknown command 'trian'; did you mean 'train'?" in r.stderr, r.stderr)
+r = run("comm-chek")
+check("a mistyped comm-check gets a did-you-mean",
+      "did you mean 'comm-check'?" in r.stderr, r.stderr)
+r = run("frobnicate")
+check("a command close to none gets no suggestion",
+      r.returncode == 2 and "unknown command 'frobnicate'" in r.stderr and
+      "did you mean" not in r.stderr, r.stderr)
+
+# srun without PMI support: each task is a singleton MPI job while srun announced 2 tasks.
+for variables in ({"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0"},
+                  {"SLURM_NTASKS": "2", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0"}):
+    r = run("comm-check", "--mib", "1", "--iters", "1", **variables)
+    check(f"a task of srun without PMI ({', '.join(variables)}) is refused, saying how to launch",
+          r.returncode == 1 and "srun started 2 tasks" in r.stderr and
+          "MPI sees a job of 1 rank" in r.stderr and "srun --mpi=pmix" in r.stderr and
+          "all collectives exact" not in r.stdout, r.stdout + r.stderr)
+# sbatch sets SLURM_NTASKS in the batch script itself, where a singleton run is legitimate.
+r = run("comm-check", "--mib", "1", "--iters", "1", SLURM_NTASKS="2")
+check("SLURM_NTASKS outside an srun step (a batch script) is not a launcher",
+      r.returncode == 0 and "all collectives exact" in r.stdout, r.stdout + r.stderr)
+
+# torchrun's variables.
+# (Inside a job: the check after MPI starts; with -n: before relaunching anything.)
+for args in (("comm-check", "--mib", "1", "--iters", "1"), ("comm-check", "-n", "2")):
+    r = run(*args, WORLD_SIZE="2", RANK="0", LOCAL_RANK="0")
+    check(f"zero {' '.join(args)} under torchrun's variables says zero launches with mpirun/srun",
+          r.returncode == 1 and "WORLD_SIZE=2 is set (torchrun's variables)" in r.stderr and
+          f"zero {args[0]} -n 2" in r.stderr and "srun --mpi=pmix" in r.stderr and
+          r.stderr.count("\n") == 1, r.stdout + r.stderr)
+r = run("comm-check", "--mib", "1", "--iters", "1", WORLD_SIZE="1", RANK="0")
+check("WORLD_SIZE=1 alone changes nothing", r.returncode == 0, r.stdout + r.stderr)
+
+# --timeout is checked.
+r = run("comm-check", "--timeout", "0")
+check("comm-check --timeout 0 is refused with a sentence",
+      r.returncode == 1 and "--timeout must be a positive number of seconds, got 0" in r.stderr,
+      r.stderr)
+
+# A rank of a relaunched job that stalls (SIGSTOP from outside, as a stuck node would): the job
+# ends within the timeout plus a few seconds, with exactly one error line naming the stalled rank
+# (the other survivor's error is not printed again), no mpirun banner, and no process left.
+marker = uuid.uuid4().hex
+p = subprocess.Popen([ZERO, "comm-check", "-n", "3", "--timeout", "2", "--mib", "1", "--iters",
+                      "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                     env=clean_env(ZERO_FAULT_TEST=marker))
+pids, deadline = {}, time.monotonic() + 30
+while len(pids) < 3 and time.monotonic() < deadline and p.poll() is None:
+    time.sleep(0.1)
+    pids = rank_pids(marker)
+check("comm-check -n 3 starts 3 ranks", len(pids) == 3, pids)
+if len(pids) == 3:
+    time.sleep(1.0)  # into the timed loop
+    os.kill(pids[1], signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        out, err = p.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        out, err = "", "(still running after 20 s: killed by the test)"
+    seconds = time.monotonic() - stopped
+    for pid in pids.values():  # whatever happened, leave nothing behind
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+    lines = [l for l in err.splitlines() if l.strip()]
+    check("a stalled rank ends comm-check non-zero", p.returncode not in (0, None), p.returncode)
+    check("a stalled rank ends comm-check within the timeout plus a few seconds", seconds < 8,
+          f"{seconds:.1f} s")
+    check("a stalled rank: one whole error line naming it, no mpirun banner",
+          len(lines) == 1 and lines[0].startswith("zero comm-check: error: rank ") and
+          "timed out after 2 s" in lines[0] and
+          # stopped before a collective, or in the middle of one
+          # (in a ring, rank 0 may wait for rank 2, which waits for rank 1)
+          re.search(r"rank 1 has not|waiting for [a-z_ ]+ rank [12] \(every rank had reached "
+                    r"this collective", lines[0]) is not None, err)
+    time.sleep(1.0)
+    check("a stalled rank: no rank is left behind",
+          not any(alive(pid) for pid in pids.values()), pids)
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
