@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "kernels/elementwise_math.hpp"
 #include "precision/hd.hpp"
 #include "zero/error.hpp"
 
@@ -24,6 +25,9 @@ struct AdamHyper {
   double eps = 1e-8;          // added to the bias-corrected sqrt(v)
   double weight_decay = 0.0;  // meaning depends on mode
   AdamMode mode = AdamMode::adamw;
+  // Divide m by 1 − beta1^t and v by 1 − beta2^t (Kingma & Ba). false: DeepSpeed FusedAdam's
+  // bias_correction=False, p ← p − lr·m/(sqrt(v) + eps) with lr unscaled.
+  bool bias_correction = true;
 };
 
 // Per-step scalars, already in the float form in which adam_element uses them. Computed once on
@@ -37,9 +41,9 @@ struct AdamStep {
   float one_minus_beta1 = 0.1f;
   float beta2 = 0.999f;
   float one_minus_beta2 = 0.001f;
-  float bc2_sqrt = 1.0f;  // sqrt(1 − beta2^t)
+  float bc2_sqrt = 1.0f;  // sqrt(1 − beta2^t); 1 without bias correction
   float eps = 1e-8f;
-  float step_size = 0.0f;  // lr / (1 − beta1^t)
+  float step_size = 0.0f;  // lr / (1 − beta1^t); lr without bias correction
   AdamMode mode = AdamMode::adamw;
 };
 
@@ -58,8 +62,10 @@ inline AdamStep make_adam_step(const AdamHyper& h, double lr, std::int64_t step,
     throw Error(cat("Adam step ", step, ": lr (", lr, ") and grad_scale (", grad_scale,
                     ") must be finite"));
   const double t = static_cast<double>(step);
-  const double bc1 = 1.0 - std::pow(h.beta1, t);
-  const double bc2 = 1.0 - std::pow(h.beta2, t);
+  // Without bias correction both factors are exactly 1, and dividing by 1.0f changes no bit, so
+  // the per-element code below is one code path for both settings (CPU and CUDA alike).
+  const double bc1 = h.bias_correction ? 1.0 - std::pow(h.beta1, t) : 1.0;
+  const double bc2 = h.bias_correction ? 1.0 - std::pow(h.beta2, t) : 1.0;
   AdamStep s;
   s.grad_scale = grad_scale;
   s.mode = h.mode;
@@ -99,6 +105,22 @@ ZERO_HD void adam_element(float& p, float& m, float& v, float g_raw, const AdamS
   v = s.beta2 * v + (s.one_minus_beta2 * g) * g;
   const float d = sqrtf(v) / s.bc2_sqrt + s.eps;
   p = p - s.step_size * (m / d);
+}
+
+// The update the CPU loop and the CUDA kernel run: adam_element on copies, kept only if the new
+// p, m and v are all finite. Otherwise the element keeps its values from before the step and
+// this returns true, so a non-finite value never enters the master weights or the moments, and
+// the caller can refuse the step (zero/engine_step.cpp). The test is three bit masks and three
+// selects on values already in registers: no extra memory traffic, so the check is free in a
+// loop bound by memory bandwidth.
+ZERO_HD bool adam_element_guarded(float& p, float& m, float& v, float g_raw, const AdamStep& s) {
+  float p1 = p, m1 = m, v1 = v;
+  adam_element(p1, m1, v1, g_raw, s);
+  const bool bad = !is_finite(p1) | !is_finite(m1) | !is_finite(v1);
+  p = bad ? p : p1;
+  m = bad ? m : m1;
+  v = bad ? v : v1;
+  return bad;
 }
 
 }  // namespace zero::kernels

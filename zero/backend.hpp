@@ -49,9 +49,14 @@ class Backend {
   virtual std::vector<double> fetch_norms(int count) = 0;
 
   // The fused Adam/AdamW update of a shard; writes the new params in `out_dtype` to `out` in the
-  // same pass (bf16/fp16), or copies them (f32) unless `out` is `p` itself.
+  // same pass (bf16/fp16), or copies them (f32) unless `out` is `p` itself. An element whose
+  // update is non-finite keeps its old p, m, v (kernels::adam_element_guarded), and the lowest
+  // such element index is kept in numbered slot `slot` (as squared_norm's slots).
   virtual void adamw(float* p, float* m, float* v, const float* g, std::int64_t n,
-                     const kernels::AdamStep& step, void* out, DType out_dtype) = 0;
+                     const kernels::AdamStep& step, void* out, DType out_dtype, int slot) = 0;
+  // Blocks once and returns slots 0..count-1: each the first element of that slot's adamw()
+  // calls whose update was non-finite, or -1; then resets every slot to -1.
+  virtual std::vector<std::int64_t> fetch_nonfinite(int count) = 0;
 
   // Host waits for everything queued.
   virtual void synchronize() = 0;

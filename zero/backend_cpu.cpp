@@ -65,25 +65,37 @@ class CpuBackend : public Backend {
   }
 
   void adamw(float* p, float* m, float* v, const float* g, std::int64_t n,
-             const kernels::AdamStep& st, void* out, DType out_dtype) override {
+             const kernels::AdamStep& st, void* out, DType out_dtype, int slot) override {
     const auto k = static_cast<std::size_t>(n);
+    std::int64_t bad = -1;
     std::span<float> pp(p, k), mm(m, k), vv(v, k);
     std::span<const float> gg(g, k);
     switch (out_dtype) {
-      case DType::bf16: kernels::cpu::adamw_step(pp, mm, vv, gg, st, std::span(static_cast<bf16*>(out), k)); break;
-      case DType::f16: kernels::cpu::adamw_step(pp, mm, vv, gg, st, std::span(static_cast<fp16*>(out), k)); break;
+      case DType::bf16: bad = kernels::cpu::adamw_step(pp, mm, vv, gg, st, std::span(static_cast<bf16*>(out), k)); break;
+      case DType::f16: bad = kernels::cpu::adamw_step(pp, mm, vv, gg, st, std::span(static_cast<fp16*>(out), k)); break;
       case DType::f32:
-        kernels::cpu::adamw_step(pp, mm, vv, gg, st);
+        bad = kernels::cpu::adamw_step(pp, mm, vv, gg, st);
         copy(out, p, k * sizeof(float));  // nothing when the params are the master (fp32 stages 0, 3)
         break;
       default: throw Error(cat("cannot write parameters as ", name_of(out_dtype)));
     }
+    if (slot >= static_cast<int>(first_bad_.size()))
+      first_bad_.resize(static_cast<std::size_t>(slot) + 1, -1);
+    std::int64_t& f = first_bad_[static_cast<std::size_t>(slot)];
+    if (bad >= 0 && (f < 0 || bad < f)) f = bad;
+  }
+  std::vector<std::int64_t> fetch_nonfinite(int count) override {
+    std::vector<std::int64_t> out(static_cast<std::size_t>(count), -1);
+    for (std::size_t i = 0; i < out.size() && i < first_bad_.size(); ++i) out[i] = first_bad_[i];
+    first_bad_.assign(first_bad_.size(), -1);
+    return out;
   }
 
   void synchronize() override {}
 
  private:
   std::vector<double> norms_;
+  std::vector<std::int64_t> first_bad_;  // per slot, -1: none
 };
 
 // Host memory that the ledger counts as device memory (EngineOptions::emulate_device).

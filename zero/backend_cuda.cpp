@@ -154,19 +154,42 @@ class CudaBackend final : public Backend {
   }
 
   void adamw(float* p, float* m, float* v, const float* g, std::int64_t n,
-             const kernels::AdamStep& st, void* out, DType out_dtype) override {
+             const kernels::AdamStep& st, void* out, DType out_dtype, int slot) override {
     const auto k = static_cast<std::size_t>(n);
     std::span<float> pp(p, k), mm(m, k), vv(v, k);
     std::span<const float> gg(g, k);
+    const std::size_t need = (static_cast<std::size_t>(slot) + 1) * sizeof(std::uint64_t);
+    if (first_bad_.bytes() < need) {
+      // Grown rarely (the first step): the old slots are copied, the new ones set to "none".
+      cu::DeviceBuffer bigger(std::max(need, 2 * first_bad_.bytes()));
+      ZERO_CUDA_CHECK(cudaMemsetAsync(bigger.data(), 0xff, bigger.bytes(), native(stream_)));
+      if (first_bad_.bytes() > 0)
+        ZERO_CUDA_CHECK(cudaMemcpyAsync(bigger.data(), first_bad_.data(), first_bad_.bytes(),
+                                        cudaMemcpyDeviceToDevice, native(stream_)));
+      synchronize();
+      first_bad_ = std::move(bigger);
+    }
+    auto* flag = first_bad_.as<unsigned long long>() + slot;
     switch (out_dtype) {
-      case DType::bf16: cu::adamw_step(pp, mm, vv, gg, st, std::span(static_cast<bf16*>(out), k), ref()); break;
-      case DType::f16: cu::adamw_step(pp, mm, vv, gg, st, std::span(static_cast<fp16*>(out), k), ref()); break;
+      case DType::bf16: cu::adamw_step(pp, mm, vv, gg, st, std::span(static_cast<bf16*>(out), k), ref(), flag); break;
+      case DType::f16: cu::adamw_step(pp, mm, vv, gg, st, std::span(static_cast<fp16*>(out), k), ref(), flag); break;
       case DType::f32:
-        cu::adamw_step(pp, mm, vv, gg, st, ref());
+        cu::adamw_step(pp, mm, vv, gg, st, ref(), flag);
         copy(out, p, k * sizeof(float));
         break;
       default: throw Error(cat("cannot write parameters as ", name_of(out_dtype)));
     }
+  }
+  std::vector<std::int64_t> fetch_nonfinite(int count) override {
+    std::vector<std::int64_t> out(static_cast<std::size_t>(count), -1);
+    const std::size_t have = std::min(out.size(), first_bad_.bytes() / sizeof(std::uint64_t));
+    if (have == 0) return out;
+    std::vector<unsigned long long> raw(have);
+    download(raw.data(), first_bad_.data(), have * sizeof(std::uint64_t));
+    ZERO_CUDA_CHECK(cudaMemsetAsync(first_bad_.data(), 0xff, first_bad_.bytes(), native(stream_)));
+    for (std::size_t i = 0; i < have; ++i)
+      if (raw[i] != ~0ull) out[i] = static_cast<std::int64_t>(raw[i]);
+    return out;
   }
 
   void synchronize() override { ZERO_CUDA_CHECK(cudaStreamSynchronize(native(stream_))); }
@@ -184,7 +207,9 @@ class CudaBackend final : public Backend {
   void* stream_ = nullptr;
   int device_ = 0;
   std::string name_;
-  cu::DeviceBuffer slots_, scratch_;
+  // Per-unit slots: norms, and the first non-finite update (u64, all ones = none). Like the
+  // norm slots, 8 bytes a unit outside the ledger.
+  cu::DeviceBuffer slots_, scratch_, first_bad_;
 };
 
 }  // namespace

@@ -88,6 +88,9 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
                     name_of(reduce_dtype)),
                 {.key = "communication_data_type"});
   accumulation = config.gradient_accumulation_steps;
+  if (config.max_consecutive_skipped_steps < 0)
+    throw Error(cat("expected >= 0 (0: never stop), got ", config.max_consecutive_skipped_steps),
+                {.key = "max_consecutive_skipped_steps"});
   if (!options.log)
     options.log = [](const std::string& line) { std::cerr << line << '\n'; };
 
@@ -222,6 +225,8 @@ void Engine::Impl::finish_reduce(int u) {
                     layout.units[u].name, "']"));
   }
   p.handles.clear();
+  // It ran behind the trainer's work if the trainer computed another unit since it was issued.
+  if (trainer_calls > p.issued_at) ++stats.reductions_overlapped;
   record_comm_scratch();
   p.unit_grads.reset();
   p.block.reset();
@@ -306,10 +311,22 @@ void Engine::init_params(const std::function<void(int, std::span<float>)>& fill)
   // This rank's master values (its shards, or everything at stage 0), built on the host and
   // copied to where the master lives in one piece.
   std::vector<float> host(s.master.bytes() / sizeof(float), 0.0f), values;
+  // The first non-finite value any rank's fill produced, as (param, element); agreed below
+  // before anything is stored or gathered, so every rank throws the same error and none waits
+  // in a collective for a rank that has thrown.
+  std::int64_t bad[2] = {-1, -1};
   for (std::size_t pi = 0; pi < s.layout.params.size(); ++pi) {
     const ParamLayout& p = s.layout.params[pi];
     values.assign(static_cast<std::size_t>(p.numel), 0.0f);
     fill(static_cast<int>(pi), values);
+    if (bad[0] < 0) {
+      const auto it = std::find_if(values.begin(), values.end(),
+                                   [](float x) { return !kernels::is_finite(x); });
+      if (it != values.end()) {
+        bad[0] = static_cast<std::int64_t>(pi);
+        bad[1] = it - values.begin();
+      }
+    }
     const auto& U = s.layout.units[p.unit];
     if (s.policy.shard_optimizer) {
       for (const ShardPiece& piece : s.layout.shard_pieces(p.unit, s.rank)) {
@@ -320,6 +337,17 @@ void Engine::init_params(const std::function<void(int, std::span<float>)>& fill)
     } else {
       std::copy(values.begin(), values.end(), host.data() + p.global_offset);
     }
+  }
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(s.ranks));
+  s.all_gather_host(bad, all.data(), 2, DType::i64);
+  for (int r = 0; r < s.ranks; ++r) {
+    if (all[2 * r] < 0) continue;
+    const ParamLayout& p = s.layout.params[static_cast<std::size_t>(all[2 * r])];
+    throw Error(cat("init_params: param ", all[2 * r], " '", p.name, "' (unit ", p.unit, " '",
+                    s.layout.units[p.unit].name, "') element ", all[2 * r + 1],
+                    " is not finite (NaN or infinity) on rank ", r,
+                    "; the initial parameters must be finite"),
+                {.rank = s.rank});
   }
   s.backend->upload(s.master.data(), host.data(), host.size() * sizeof(float));
   const float* master = static_cast<const float*>(s.master.data());
@@ -345,6 +373,7 @@ void Engine::init_params(const std::function<void(int, std::span<float>)>& fill)
 void Engine::gather(int u) {
   Impl& s = *impl_;
   s.check_unit(u, "gather");
+  ++s.trainer_calls;
   if (!s.policy.shard_params || s.layout.units[u].persistent) return;
   // Direction of travel: ascending in forward, descending in backward.
   const bool backward = s.last_gathered >= 0 && u <= s.last_gathered;
@@ -413,8 +442,14 @@ TensorView Engine::param(int p) const {
   return param_view(impl_->params_of_unit(pl.unit), pl);
 }
 
+UnitState Engine::unit_state(int u) const {
+  impl_->check_unit(u, "unit_state");
+  return impl_->unit_state[static_cast<std::size_t>(u)];
+}
+
 TensorView Engine::grad(int p) {
   const ParamLayout& pl = checked_param(impl_->layout, p, impl_->rank, "grad");
+  ++impl_->trainer_calls;
   return param_view(impl_->grads_of_unit(pl.unit), pl);
 }
 
@@ -443,6 +478,8 @@ void Engine::reduce_grads(int u) {
     if (s.policy.shard_grads) p.unit_grads = std::move(s.grads_unit[u]);
   }
   p.active = true;
+  p.issued_at = s.trainer_calls;
+  ++s.stats.reductions;
   s.grads_fresh[u] = false;
   ++s.reduce_count[u];
   s.reduce_log.push_back(u);
@@ -451,11 +488,17 @@ void Engine::reduce_grads(int u) {
   // and stages 2-3 never hold more than two units' gradients. Without overlap: finish it here.
   for (int v = 0; v < static_cast<int>(s.pending.size()); ++v)
     if (v != u || !s.config.zero.overlap_comm) s.finish_reduce(v);
+  int in_flight = 0;
+  for (const PendingReduce& q : s.pending) in_flight += q.active;
+  s.stats.max_reductions_in_flight = std::max(s.stats.max_reductions_in_flight, in_flight);
 }
 
 double Engine::loss_scale() const { return impl_->scaler ? impl_->scaler->scale() : 1.0; }
 
 Ledger& Engine::ledger() { return impl_->ledger; }
+EngineStats Engine::stats() const {
+  return impl_->stats;
+}
 
 comm::Accounting Engine::comm_accounting() const { return impl_->world.accounting(); }
 void Engine::reset_comm_accounting() { impl_->world.reset_accounting(); }

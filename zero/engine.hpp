@@ -76,6 +76,28 @@ struct StepReport {
   double loss_scale = 1;          // loss scale in force for this step's gradients
 };
 
+// Where a unit's full working parameters are (stage 3). An explicit state, never inferred from
+// pointers. Below stage 3, and for persistent units (numel < stage3_param_persistence_threshold),
+// a unit is always gathered.
+enum class UnitState : std::uint8_t {
+  sharded,    // only this rank's shard exists
+  gathering,  // an all-gather is in flight (a prefetch)
+  gathered,   // the full unit is here
+};
+
+// What the engine has done since construction, counted on this rank (for tests and logs).
+struct EngineStats {
+  std::int64_t reductions = 0;  // reduce_grads calls
+  // Reductions that were still in flight when the trainer next called gather() or grad(), i.e.
+  // that ran behind the trainer's computation of another unit (overlap_comm). Without overlap
+  // every reduction is finished inside its own reduce_grads call and this stays 0.
+  std::int64_t reductions_overlapped = 0;
+  int max_reductions_in_flight = 0;  // the most in flight when a reduce_grads call returned
+  std::int64_t applied_steps = 0;
+  std::int64_t skipped_steps = 0;
+  std::int64_t consecutive_skipped_steps = 0;  // the run of skips that ends at the last step()
+};
+
 // Per-rank memory in the categories of the ZeRO analysis (bytes).
 struct MemoryReport {
   std::int64_t params = 0;     // 16-bit (or fp32) working parameters, persistent
@@ -117,6 +139,8 @@ class Engine {
 
   // Sets every parameter's initial value. fill(p, out) writes param p's numel fp32 values; every
   // rank must produce the same values (each keeps its shard). Call once, before training.
+  // Throws zero::Error on every rank, before storing anything, if any rank's fill produced a
+  // NaN or an infinity (naming the first such param, its unit and the element).
   void init_params(const std::function<void(int param, std::span<float> out)>& fill);
 
   // Stage 3: all-gathers unit u (waiting for a prefetch if one is in flight) and prefetches the
@@ -126,6 +150,8 @@ class Engine {
   void release(int unit);
   // Param p's current working value; its unit must be gathered (always true below stage 3).
   TensorView param(int p) const;
+  // Where unit u's working parameters are now (see UnitState).
+  UnitState unit_state(int unit) const;
 
   // Param p's gradient buffer for this micro-batch, zeroed when its unit is first touched
   // after a reduce; write (or add) the gradient of the loss here.
@@ -139,6 +165,15 @@ class Engine {
 
   // Waits for the reductions, then: overflow check, global-norm clipping, AdamW on each shard,
   // cast, all-gather of the new parameters (stages 1 and 2). Logs and reports a skipped step.
+  // Throws zero::Error on every rank together (one 16-byte all-gather per rank after the update
+  // tells every rank what any rank saw, so none is left waiting in a collective):
+  //  - when the update would make a master weight or an Adam moment non-finite (e.g. a huge lr),
+  //    naming the step and the first such param. Each element whose update was non-finite keeps
+  //    its value from before the step; the others have taken the step, so the state is finite
+  //    but holds a partial step (the step count does not advance): resume from a checkpoint.
+  //  - after max_consecutive_skipped_steps skipped steps in a row (bf16, fp32, static fp16
+  //    scale; with dynamic fp16 scaling only skips at min_loss_scale count, and the scaler
+  //    itself stops when the scale cannot drop further), naming the step and the reason.
   StepReport step();
 
   // The fp32 master weights of param p in full (a collective at stages 1-3: every rank calls it).
@@ -147,6 +182,7 @@ class Engine {
   // padding excluded. A collective at stages 1-3.
   std::uint64_t master_checksum();
 
+  EngineStats stats() const;
   MemoryReport memory() const;
   // The ledger every engine buffer is counted in. A trainer may record its own memory here
   // (ledger().record_external(Category::activations, bytes)) so the report covers the whole rank.

@@ -14,19 +14,13 @@
 
 namespace zero {
 
-// Where a stage-3 unit's full parameters are. An explicit state, never inferred from pointers.
-enum class UnitState : std::uint8_t {
-  sharded,    // only this rank's shard exists
-  gathering,  // an all-gather is in flight (a prefetch)
-  gathered,   // the full unit is here
-};
-
 // One reduction in flight: what it writes and the buffers it reads, kept alive until it is done.
 struct PendingReduce {
   std::vector<comm::Handle> handles;  // reduce-scatter (and all-gather at stage 0), FIFO
   Allocation unit_grads;              // stages 2-3: the unit's gradient buffer being reduced
   Allocation block;                   // stage 0: this rank's reduced block before the all-gather
   bool active = false;
+  std::int64_t issued_at = 0;         // Impl::trainer_calls when it was issued (EngineStats)
 };
 
 inline std::int64_t bytes(std::int64_t count, DType t) {
@@ -90,8 +84,10 @@ struct Engine::Impl {
   std::vector<int> reduce_log;       // the units passed to reduce_grads since the last step
 
   std::optional<LossScaler> scaler;  // fp16 only
-  std::int64_t applied_steps = 0;
-  std::int64_t skipped_steps = 0;
+  EngineStats stats;
+  std::int64_t& applied_steps = stats.applied_steps;
+  std::int64_t& skipped_steps = stats.skipped_steps;
+  std::int64_t trainer_calls = 0;    // gather() and grad() calls: the trainer computing a unit
 
   // Element offset of unit u's optimizer-state region (shard or full).
   std::int64_t state_offset(int u) const;

@@ -19,6 +19,54 @@ struct RankSummary {
   std::uint64_t order = 0;     // FNV-1a of the unit indices passed to reduce_grads, in order
 };
 
+// 7. No non-finite value entered the master weights or the moments: where an update would have
+//    made one, the kernel kept the element's old values and noted it (adam_element_guarded).
+//    One all-gather of two integers a rank (the first such element: unit, offset in the unit)
+//    tells every rank, so all throw the same error together and none is left in a collective.
+void check_update_finite(Engine::Impl& s, std::int64_t step_no) {
+  const auto nu = static_cast<int>(s.layout.units.size());
+  const std::vector<std::int64_t> first = s.backend->fetch_nonfinite(nu);
+  std::int64_t mine[2] = {-1, -1};
+  for (int u = 0; u < nu && mine[0] < 0; ++u) {
+    if (first[u] < 0) continue;
+    mine[0] = u;  // the state region is the rank's shard of the unit, or the whole unit (stage 0)
+    mine[1] =
+        first[u] + (s.policy.shard_optimizer ? s.layout.units[u].shard_range(s.rank).begin : 0);
+  }
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(s.ranks));
+  s.all_gather_host(mine, all.data(), 2, DType::i64);
+  int worst = -1;  // the rank with the lowest (unit, offset)
+  for (int r = 0; r < s.ranks; ++r) {
+    if (all[2 * r] < 0) continue;
+    if (worst < 0 || all[2 * r] < all[2 * worst] ||
+        (all[2 * r] == all[2 * worst] && all[2 * r + 1] < all[2 * worst + 1]))
+      worst = r;
+  }
+  if (worst < 0) return;
+  const int u = static_cast<int>(all[2 * worst]);
+  const std::int64_t at = all[2 * worst + 1];
+  std::string what = cat("the padding of unit ", u, " '", s.layout.units[u].name, "'");
+  for (std::size_t p = 0; p < s.layout.params.size(); ++p) {
+    const ParamLayout& pl = s.layout.params[p];
+    if (pl.unit == u && at >= pl.offset && at < pl.offset + pl.numel) {
+      what = cat("param ", p, " '", pl.name, "' (unit ", u, " '", s.layout.units[u].name,
+                 "') element ", at - pl.offset);
+      break;
+    }
+  }
+  for (int v = 0; v < nu; ++v) s.reduce_count[v] = 0;
+  s.reduce_log.clear();
+  if (!s.accum.empty()) s.backend->fill_zero(s.accum.data(), s.accum.bytes());
+  throw Error(
+      cat("step ", step_no, ": the update would make the master weights non-finite, first at ",
+          what, " on rank ", worst, ", with lr ",
+          lr_at(s.config.scheduler, s.config.optimizer.lr, s.applied_steps),
+          "; nothing non-finite was stored (those elements kept their values from before "
+          "the step, the others took it): lower the learning rate and resume from the "
+          "last checkpoint"),
+      {.rank = s.rank});
+}
+
 }  // namespace
 
 StepReport Engine::step() {
@@ -118,6 +166,8 @@ StepReport Engine::step() {
   };
 
   // 4. Overflow: skip, and say so (DeepSpeed's rules for fp16; any precision skips a NaN/inf).
+  //    At the minimum loss scale with hysteresis spent, the scaler throws (DeepSpeed's
+  //    raise_error_at_min_scale); finite is agreed, so it throws on every rank.
   if (s.scaler) {
     StepDecision d = s.scaler->update(!finite);
     if (d.skip) {
@@ -128,13 +178,31 @@ StepReport Engine::step() {
     rep.skipped = true;
     rep.skip_reason = "non-finite gradient (norm " + std::to_string(squared) + "): step skipped";
   }
+  const std::int64_t step_no = s.applied_steps + s.skipped_steps + 1;  // as the log counts
   if (rep.skipped) {
     ++s.skipped_steps;
     rep.step = s.applied_steps;
-    s.log(cat("step ", s.applied_steps + s.skipped_steps, ": skipped: ", rep.skip_reason));
+    // A gradient that is non-finite at every step would skip forever: stop after K skips in a
+    // row. With dynamic fp16 scaling a skip above min_loss_scale is the scaler finding its range
+    // (from 2^16 down, hysteresis first), so it does not count and the run starts again from 0;
+    // skips at the minimum scale count, and the scaler stops the run itself once it cannot
+    // lower the scale further (above). bf16, fp32 and a static fp16 scale count every skip.
+    const bool finding_range =
+        s.scaler && s.scaler->dynamic() && rep.loss_scale > s.scaler->config().min_loss_scale;
+    auto& run = s.stats.consecutive_skipped_steps;
+    run = finding_range ? 0 : run + 1;
+    s.log(cat("step ", step_no, ": skipped: ", rep.skip_reason));
     end_step();
+    const std::int64_t k = s.config.max_consecutive_skipped_steps;
+    if (k > 0 && run >= k)
+      throw Error(cat("step ", step_no, ": ", run, " steps in a row were skipped (",
+                      "max_consecutive_skipped_steps is ", k, "), the last for: ", rep.skip_reason,
+                      "; the gradient never became finite: check the data, the loss and the "
+                      "learning rate, or raise max_consecutive_skipped_steps"),
+                  {.rank = s.rank});
     return rep;
   }
+  s.stats.consecutive_skipped_steps = 0;
 
   // 5. Clip by the global norm (DeepSpeed: coefficient = max_norm / (norm + 1e-6) when below 1).
   if (s.config.gradient_clipping > 0) {
@@ -149,6 +217,7 @@ StepReport Engine::step() {
   h.weight_decay = s.config.optimizer.weight_decay;
   h.mode = s.config.optimizer.type == OptimizerType::adamw ? kernels::AdamMode::adamw
                                                            : kernels::AdamMode::adam_l2;
+  h.bias_correction = s.config.optimizer.bias_correction;
   const auto grad_scale = static_cast<float>(inv_scale * mean * rep.clip_coefficient);
   const kernels::AdamStep st = kernels::make_adam_step(h, rep.lr, s.applied_steps + 1, grad_scale);
 
@@ -156,9 +225,9 @@ StepReport Engine::step() {
   //    (stage 0: the full buffer; stage 3: the shard) or through an all-gather (stages 1-2).
   float* master = s.master.as<float>().data();
   // The fused update, writing the new working params in the training dtype in the same pass.
-  auto update = [&](std::int64_t off, std::int64_t n, const float* g, const Slice& out) {
+  auto update = [&](int u, std::int64_t off, std::int64_t n, const float* g, const Slice& out) {
     s.backend->adamw(master + off, s.exp_avg.as<float>().data() + off,
-                     s.exp_avg_sq.as<float>().data() + off, g, n, st, out.data, out.dtype);
+                     s.exp_avg_sq.as<float>().data() + off, g, n, st, out.data, out.dtype, u);
   };
   for (int u = 0; u < nu; ++u) {
     const auto& U = s.layout.units[u];
@@ -166,17 +235,18 @@ StepReport Engine::step() {
     const float* g = grad_f32(u);
     if (!s.policy.shard_optimizer) {
       Slice out = slice(s.full_params(), s.work_dtype, U.offset, U.padded_numel);
-      update(off, n, g, out);
+      update(u, off, n, g, out);
     } else if (s.policy.shard_params && !U.persistent) {
       Slice out = slice(s.shard_params(), s.work_dtype, U.shard_offset, U.shard_numel);
-      update(off, n, g, out);
+      update(u, off, n, g, out);
     } else {
       Allocation tmp = s.alloc(Category::comm_buckets, bytes(n, s.work_dtype));
       Slice out = slice(tmp, s.work_dtype, 0, n);
-      update(off, n, g, out);
+      update(u, off, n, g, out);
       s.all_gather_params(u, out);
     }
   }
+  check_update_finite(s, step_no);
   ++s.applied_steps;
   rep.step = s.applied_steps;
   end_step();

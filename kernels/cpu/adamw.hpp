@@ -1,6 +1,7 @@
 // The fused Adam/AdamW update of one fp32 shard on the CPU (math: kernels/adamw_math.hpp).
 #pragma once
 
+#include <cstdint>
 #include <span>
 
 #include "kernels/adamw_math.hpp"
@@ -13,16 +14,18 @@ namespace zero::kernels::cpu {
 // `path` picks the compiled variant of the loop (zero::SimdPath, precision/simd.hpp); every path
 // returns the same bits, so it matters only for speed and for tests that compare the paths.
 
-// One pass over the shard: for every i, adam_element(p[i], m[i], v[i], g[i], step), and, in the
-// overloads with `out`, out[i] = RNE(new p[i]): the 16-bit copy that the all-gather sends, made
-// chunk by chunk while the new p is still in L1, not by a second pass over memory.
+// One pass over the shard: for every i, adam_element_guarded(p[i], m[i], v[i], g[i], step), and,
+// in the overloads with `out`, out[i] = RNE(new p[i]): the 16-bit copy that the all-gather sends,
+// made chunk by chunk while the new p is still in L1, not by a second pass over memory.
+// Returns the index of the first element whose update was non-finite, or -1; every such element
+// kept its old p, m, v.
 // All spans must have the same length (zero::Error otherwise) and must not overlap.
-void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
+std::int64_t adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
                 std::span<const float> g, const AdamStep& step, SimdPath path = best_path());
-void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
+std::int64_t adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
                 std::span<const float> g, const AdamStep& step, std::span<bf16> out,
                 SimdPath path = best_path());
-void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
+std::int64_t adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
                 std::span<const float> g, const AdamStep& step, std::span<fp16> out,
                 SimdPath path = best_path());
 

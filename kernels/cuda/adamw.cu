@@ -24,16 +24,23 @@ struct AdamOp {
   const float* g;
   Out* out;
   AdamStep s;
-  int* flag = nullptr;
+  unsigned long long* first_bad = nullptr;  // atomicMin of the index of each non-finite update
+  int* flag = nullptr;  // elementwise_kernel's flag: unused, first_bad says more
 
+  __device__ void note_bad(std::size_t i) const {
+    if (first_bad != nullptr) atomicMin(first_bad, static_cast<unsigned long long>(i));
+  }
+
+  // Each returns whether an element's update was non-finite (adam_element_guarded kept it).
   __device__ bool scalar(std::size_t i) const {
     float pi = p[i], mi = m[i], vi = v[i];
-    adam_element(pi, mi, vi, g[i], s);
+    const bool bad = adam_element_guarded(pi, mi, vi, g[i], s);
+    if (bad) note_bad(i);
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;
     if constexpr (!std::is_void_v<Out>) out[i] = narrow<Out>(pi);
-    return false;
+    return bad;
   }
 
   __device__ bool vector(std::size_t i) const {
@@ -43,8 +50,13 @@ struct AdamOp {
     Pack<float, kVec> M = load_pack<float, kVec>(m + i);
     Pack<float, kVec> V = load_pack<float, kVec>(v + i);
     const Pack<float, kVec> G = load_pack<float, kVec>(g + i);
+    bool bad = false;
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) adam_element(P.v[k], M.v[k], V.v[k], G.v[k], s);
+    for (int k = 0; k < kVec; ++k) {
+      const bool b = adam_element_guarded(P.v[k], M.v[k], V.v[k], G.v[k], s);
+      bad |= b;
+      if (b) note_bad(i + k);
+    }
     detail::store_pack(p + i, P);
     detail::store_pack(m + i, M);
     detail::store_pack(v + i, V);
@@ -54,7 +66,7 @@ struct AdamOp {
       for (int k = 0; k < kVec; ++k) O.v[k] = narrow<Out>(P.v[k]);
       detail::store_pack(out + i, O);
     }
-    return false;
+    return bad;
   }
 };
 
@@ -67,8 +79,8 @@ void check_sizes(std::size_t p, std::size_t m, std::size_t v, std::size_t g, std
 
 template <class Out>
 void run(std::span<float> p, std::span<float> m, std::span<float> v, std::span<const float> g,
-         const AdamStep& step, Out* out, StreamRef stream) {
-  const AdamOp<Out> op{p.data(), m.data(), v.data(), g.data(), out, step};
+         const AdamStep& step, Out* out, StreamRef stream, unsigned long long* first_bad) {
+  const AdamOp<Out> op{p.data(), m.data(), v.data(), g.data(), out, step, first_bad};
   const char* name = "adamw_step kernel";
   if constexpr (std::is_void_v<Out>) {
     detail::launch_elementwise<kVec>(
@@ -84,23 +96,24 @@ void run(std::span<float> p, std::span<float> m, std::span<float> v, std::span<c
 }  // namespace
 
 void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
-                std::span<const float> g, const AdamStep& step, StreamRef stream) {
+                std::span<const float> g, const AdamStep& step, StreamRef stream,
+                unsigned long long* first_bad) {
   check_sizes(p.size(), m.size(), v.size(), g.size(), 0, false);
-  run<void>(p, m, v, g, step, nullptr, stream);
+  run<void>(p, m, v, g, step, nullptr, stream, first_bad);
 }
 
 void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
                 std::span<const float> g, const AdamStep& step, std::span<bf16> out,
-                StreamRef stream) {
+                StreamRef stream, unsigned long long* first_bad) {
   check_sizes(p.size(), m.size(), v.size(), g.size(), out.size(), true);
-  run<bf16>(p, m, v, g, step, out.data(), stream);
+  run<bf16>(p, m, v, g, step, out.data(), stream, first_bad);
 }
 
 void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
                 std::span<const float> g, const AdamStep& step, std::span<fp16> out,
-                StreamRef stream) {
+                StreamRef stream, unsigned long long* first_bad) {
   check_sizes(p.size(), m.size(), v.size(), g.size(), out.size(), true);
-  run<fp16>(p, m, v, g, step, out.data(), stream);
+  run<fp16>(p, m, v, g, step, out.data(), stream, first_bad);
 }
 
 }  // namespace zero::kernels::cuda

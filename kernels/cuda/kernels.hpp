@@ -16,15 +16,19 @@ namespace zero::kernels::cuda {
 
 // Fused Adam/AdamW update of a shard, as kernels::cpu::adamw_step: one pass reading p, m, v, g
 // and writing p, m, v and (in the `out` overloads) the 16-bit RNE copy of the new p.
+// An element whose update is non-finite keeps its old p, m, v (adam_element_guarded) and its
+// index i is folded into *first_bad (a device u64, may be null) by atomicMin; it is never reset
+// here: the caller sets it to ULLONG_MAX (all bits one) for "none".
 // Spans must be equally long and must not overlap (zero::Error otherwise for the lengths).
 void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
-                std::span<const float> g, const AdamStep& step, StreamRef stream);
+                std::span<const float> g, const AdamStep& step, StreamRef stream,
+                unsigned long long* first_bad = nullptr);
 void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
                 std::span<const float> g, const AdamStep& step, std::span<bf16> out,
-                StreamRef stream);
+                StreamRef stream, unsigned long long* first_bad = nullptr);
 void adamw_step(std::span<float> p, std::span<float> m, std::span<float> v,
                 std::span<const float> g, const AdamStep& step, std::span<fp16> out,
-                StreamRef stream);
+                StreamRef stream, unsigned long long* first_bad = nullptr);
 
 // dst[i] = src[i] converted (16-bit: round to nearest even; to fp32: exact).
 void cast(std::span<const float> src, std::span<bf16> dst, StreamRef stream);

@@ -18,10 +18,13 @@ namespace {
 
 // The textbook algorithm in double, written independently of adamw_math.hpp (bias correction
 // applied to m and v, as in the papers, rather than folded into step_size and bc2_sqrt).
+// Without bias correction it is DeepSpeed FusedAdam's bias_correction=False:
+// p -= lr · m / (sqrt(v) + eps), lr unscaled.
 struct Reference {
   std::vector<double> p, m, v;
   void step(const std::vector<float>& g, double lr, const AdamHyper& h, double grad_scale, int t) {
-    const double bc1 = 1.0 - std::pow(h.beta1, t), bc2 = 1.0 - std::pow(h.beta2, t);
+    const double bc1 = h.bias_correction ? 1.0 - std::pow(h.beta1, t) : 1.0;
+    const double bc2 = h.bias_correction ? 1.0 - std::pow(h.beta2, t) : 1.0;
     for (std::size_t i = 0; i < p.size(); ++i) {
       double gi = g[i] * grad_scale;
       if (h.mode == AdamMode::adam_l2)
@@ -39,12 +42,16 @@ struct Shard {
   std::vector<float> p, m, v;
 };
 
-// The literal per-element loop: adam_element one element at a time, never vectorised.
-void scalar_loop(Shard& s, const std::vector<float>& g, const AdamStep& st) {
+// The literal per-element loop: adam_element_guarded one element at a time, never vectorised.
+// Returns the first element whose update was non-finite, or -1.
+std::int64_t scalar_loop(Shard& s, const std::vector<float>& g, const AdamStep& st) {
+  std::int64_t first = -1;
   for (std::size_t i = 0; i < s.p.size(); ++i) {
-    adam_element(s.p[i], s.m[i], s.v[i], g[i], st);
+    if (adam_element_guarded(s.p[i], s.m[i], s.v[i], g[i], st) && first < 0)
+      first = static_cast<std::int64_t>(i);
     test::scalar_barrier();
   }
+  return first;
 }
 
 // Runs `steps` steps of float and double side by side and checks the float state against the
@@ -136,6 +143,50 @@ TEST_CASE(
   check_against_reference(h, 1e-2, 1.0f, 1e-3f, 5);
 }
 
+TEST_CASE("Without bias correction Adam matches DeepSpeed's bias_correction=False reference") {
+  // Steps 1-5 are where the correction matters most (1 - 0.9^1 = 0.1: a 10x larger step with
+  // it at step 1), so a correction left on moves p by O(lr), 100x the tolerance.
+  for (AdamMode mode : {AdamMode::adamw, AdamMode::adam_l2}) {
+    INFO("mode " << static_cast<int>(mode));
+    AdamHyper h;
+    h.weight_decay = 0.1;
+    h.mode = mode;
+    h.bias_correction = false;
+    check_against_reference(h, 1e-2, 1.0f, 1.0f, 5);
+    const AdamStep s = make_adam_step(h, 1e-2, 3);
+    CHECK(s.step_size == 1e-2f);  // lr unscaled
+    CHECK(s.bc2_sqrt == 1.0f);
+  }
+}
+
+TEST_CASE("An update that would be non-finite keeps the element's old values and is reported") {
+  // lr = 1e38: step 1's step size lr / (1 - 0.9) overflows to inf, so every update is non-finite
+  // (inf·(m/d), or inf·0 = NaN where g = 0). A finite lr with one huge gradient: only that
+  // element's v (g² ~ 1e60) overflows.
+  const std::size_t n = 5000;  // more than two 2048-element chunks
+  const std::vector<float> p0 = uniform_values(n, 11), g = uniform_values(n, 12);
+  for (SimdPath path : available_paths()) {
+    INFO("path " << name_of(path));
+    std::vector<float> p = p0, m(n, 0.0f), v(n, 0.0f);
+    std::vector<bf16> out(n);
+    CHECK(cpu::adamw_step(p, m, v, g, make_adam_step(AdamHyper{}, 1e38, 1), out, path) == 0);
+    CHECK(p == p0);
+    for (std::size_t i = 0; i < n; ++i) REQUIRE((m[i] == 0.0f && v[i] == 0.0f));
+    CHECK(out[7].bits == to_bf16(p0[7]).bits);  // the 16-bit copy is of the kept value
+
+    std::vector<float> g2 = g;
+    g2[4321] = 1e30f;
+    g2[4400] = 1e30f;
+    std::vector<float> q = p0, mq(n, 0.0f), vq(n, 0.0f);
+    CHECK(cpu::adamw_step(q, mq, vq, g2, make_adam_step(AdamHyper{}, 1e-3, 1), path) == 4321);
+    CHECK(q[4321] == p0[4321]);
+    CHECK(vq[4321] == 0.0f);
+    CHECK(q[4400] == p0[4400]);
+    CHECK(q[0] != p0[0]);  // the others took the step
+    CHECK(cpu::adamw_step(q, mq, vq, g, make_adam_step(AdamHyper{}, 1e-3, 2), path) == -1);
+  }
+}
+
 TEST_CASE("a non-power-of-two grad_scale matches the reference that scales g first") {
   AdamHyper h;
   h.weight_decay = 0.1;
@@ -154,15 +205,15 @@ TEST_CASE("adamw_step equals the literal scalar per-element loop bitwise on ever
     h.mode = mode;
     const AdamStep st = make_adam_step(h, 3e-3, 3, 0.5f);
     Shard want = start;
-    scalar_loop(want, g, st);
+    const std::int64_t first_bad = scalar_loop(want, g, st);
     for (SimdPath path : available_paths()) {
       INFO("path " << name_of(path) << ", mode " << static_cast<int>(mode));
       Shard a = start, b = start, c = start;
       std::vector<bf16> ob(n);
       std::vector<fp16> oh(n);
-      cpu::adamw_step(a.p, a.m, a.v, g, st, path);
-      cpu::adamw_step(b.p, b.m, b.v, g, st, ob, path);
-      cpu::adamw_step(c.p, c.m, c.v, g, st, oh, path);
+      CHECK(cpu::adamw_step(a.p, a.m, a.v, g, st, path) == first_bad);
+      CHECK(cpu::adamw_step(b.p, b.m, b.v, g, st, ob, path) == first_bad);
+      CHECK(cpu::adamw_step(c.p, c.m, c.v, g, st, oh, path) == first_bad);
       for (std::size_t i = 0; i < n; ++i) {
         INFO("element " << i);
         for (const Shard* s : {&a, &b, &c}) {

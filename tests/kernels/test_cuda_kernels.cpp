@@ -91,7 +91,9 @@ TEST_CASE("the GPU AdamW and Adam updates and their bf16/fp16 copies equal the C
         // half the time, which must force the scalar path and still be right.
         DeviceArray<float> dp(p, off), dm(m, off), dv(v, off), dg(g, off);
         DeviceArray<bf16> ob(n, off % 2 ? off : off + 1);
-        cuda::adamw_step(dp.span(), dm.span(), dv.span(), cspan(dg), st, ob.span(), stream);
+        DeviceArray<unsigned long long> first(std::vector<unsigned long long>{~0ull}, 0);
+        cuda::adamw_step(dp.span(), dm.span(), dv.span(), cspan(dg), st, ob.span(), stream,
+                         first.buf.as<unsigned long long>());
         DeviceArray<float> hp(p, off), hm(m, off), hv(v, off);
         DeviceArray<fp16> oh(n, off);
         cuda::adamw_step(hp.span(), hm.span(), hv.span(), cspan(dg), st, oh.span(), stream);
@@ -102,8 +104,11 @@ TEST_CASE("the GPU AdamW and Adam updates and their bf16/fp16 copies equal the C
         std::vector<bf16> cb(n);
         std::vector<fp16> ch(n);
         std::vector<float> p2 = p, m2 = m, v2 = v;
-        cpu::adamw_step(p, m, v, g, st, cb);
+        const std::int64_t cpu_first = cpu::adamw_step(p, m, v, g, st, cb);
         cpu::adamw_step(p2, m2, v2, g, st, ch);
+        // The first element whose update was non-finite (kept unchanged), or none.
+        const unsigned long long gpu_first = first.get()[0];
+        CHECK(gpu_first == (cpu_first < 0 ? ~0ull : static_cast<unsigned long long>(cpu_first)));
         require_same(dp.get(), p);
         require_same(dm.get(), m);
         require_same(dv.get(), v);
@@ -114,6 +119,30 @@ TEST_CASE("the GPU AdamW and Adam updates and their bf16/fp16 copies equal the C
         require_same(nv.get(), v);
       }
     }
+  }
+}
+
+TEST_CASE("the GPU update without bias correction, or one that would be non-finite, is the CPU's") {
+  cuda::Stream stream;
+  const std::size_t n = 4099;
+  const std::vector<float> p0 = mixed_values(n, 21), g = mixed_values(n, 22);
+  AdamHyper h;
+  h.weight_decay = 0.01;
+  h.bias_correction = false;
+  for (double lr : {1e-3, 1e38}) {  // 1e38 without correction: lr·m/d overflows for large m/d
+    INFO("lr " << lr);
+    const AdamStep st = make_adam_step(h, lr, 1);
+    std::vector<float> p = p0, m(n, 0.0f), v(n, 0.0f);
+    DeviceArray<float> dp(p, 1), dm(m, 1), dv(v, 1), dg(g, 1);
+    DeviceArray<unsigned long long> first(std::vector<unsigned long long>{~0ull}, 0);
+    cuda::adamw_step(dp.span(), dm.span(), dv.span(), cspan(dg), st, stream,
+                     first.buf.as<unsigned long long>());
+    stream.synchronize();
+    const std::int64_t cpu_first = cpu::adamw_step(p, m, v, g, st);
+    CHECK(first.get()[0] == (cpu_first < 0 ? ~0ull : static_cast<unsigned long long>(cpu_first)));
+    require_same(dp.get(), p);
+    require_same(dm.get(), m);
+    require_same(dv.get(), v);
   }
 }
 

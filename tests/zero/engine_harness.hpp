@@ -20,6 +20,8 @@ struct RunSpec {
   bool overlap = false;
   double clip = 1.0;
   double lr = 1e-2;
+  double eps = 1e-8;
+  bool bias_correction = true;
   std::int64_t persistence_threshold = 0;  // 0: every stage-3 unit is sharded and gathered
   models::MlpShape shape{3, 24, 48, 7};     // layers, width, global batch, seed
 };
@@ -32,6 +34,7 @@ struct RunResult {
   MemoryReport memory;
   comm::Accounting per_step;                // accounting of the last step alone
   std::int64_t padded = 0;                  // Ψ with padding (the layout's padded_numel)
+  EngineStats stats;
 };
 
 inline Config make_config(const RunSpec& s) {
@@ -43,6 +46,8 @@ inline Config make_config(const RunSpec& s) {
   c.gradient_clipping = s.clip;
   c.optimizer.lr = s.lr;
   c.optimizer.weight_decay = 0.01;
+  c.optimizer.eps = s.eps;
+  c.optimizer.bias_correction = s.bias_correction;
   c.zero.overlap_comm = s.overlap;
   c.zero.stage3_param_persistence_threshold = s.persistence_threshold;
   return c;
@@ -66,6 +71,7 @@ inline RunResult run_mlp(comm::Communicator& world, const RunSpec& spec) {
   out.per_step = engine.comm_accounting();
   out.memory = engine.memory();
   out.padded = engine.layout().padded_numel;
+  out.stats = engine.stats();
   for (int p = 0; p < static_cast<int>(engine.layout().params.size()); ++p)
     out.master.push_back(engine.gather_master(p));
   out.checksum = engine.master_checksum();
@@ -74,7 +80,9 @@ inline RunResult run_mlp(comm::Communicator& world, const RunSpec& spec) {
 
 // The same training in fp64 on one process, written from the definitions (not from the engine):
 // y = W x + b per layer, tanh between layers, loss 0.5 * mean squared error, the gradient of the
-// mean over the global batch, global-norm clipping, AdamW (decoupled decay, bias correction).
+// mean over the global batch, global-norm clipping, AdamW (decoupled decay, bias correction
+// unless spec.bias_correction is false: then p -= lr · m / (sqrt(v) + eps), as DeepSpeed's
+// FusedAdam with bias_correction=False).
 inline std::vector<std::vector<double>> reference_fp64(const RunSpec& spec,
                                                        std::vector<double>* norms = nullptr) {
   const auto& S = spec.shape;
@@ -88,7 +96,7 @@ inline std::vector<std::vector<double>> reference_fp64(const RunSpec& spec,
     v[i].assign(init.size(), 0.0);
   }
   std::vector<float> xf(W), yf(W);
-  const double b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
+  const double b1 = 0.9, b2 = 0.999, eps = spec.eps, wd = 0.01;
   for (std::int64_t s = 0; s < spec.steps; ++s) {
     for (auto& gi : g) gi.assign(gi.empty() ? 0 : gi.size(), 0.0);
     for (int i = 0; i < 2 * L; ++i) g[i].assign(p[i].size(), 0.0);
@@ -124,7 +132,9 @@ inline std::vector<std::vector<double>> reference_fp64(const RunSpec& spec,
     const double norm = std::sqrt(sq);
     if (norms) norms->push_back(norm);
     const double coef = spec.clip > 0 && spec.clip / (norm + 1e-6) < 1 ? spec.clip / (norm + 1e-6) : 1;
-    const double t = double(s + 1), bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+    const double t = double(s + 1);
+    const double bc1 = spec.bias_correction ? 1 - std::pow(b1, t) : 1.0;
+    const double bc2 = spec.bias_correction ? 1 - std::pow(b2, t) : 1.0;
     for (int i = 0; i < 2 * L; ++i)
       for (std::size_t k = 0; k < p[i].size(); ++k) {
         const double gk = g[i][k] * coef;
