@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "cli/fill_auto.hpp"
 #include "cli/options.hpp"
 #include "cli/plan_plot.hpp"
 #include "zero/planner.hpp"
@@ -244,11 +246,37 @@ int cmd_plan(const Args& argv) {
   Config config;
   PlanInput in;
   require_at_least("--ranks", ranks, 1);
-  if (!config_file.empty()) {
+  const bool from_file = vm.count("config") > 0;
+  if (from_file && config_file.empty()) throw Error("--config: the file name is empty");
+  if (from_file) {
     config = load_config(config_file);
+    fill_auto_defaults(config, {.precision = Precision::bf16});
     in = plan_input_from_config(config, ranks);
     for (const auto& w : config.warnings) std::cerr << "zero plan: warning: " << w << '\n';
   }
+  // The batch: DeepSpeed's rule over the config's sizes and the flags, at this rank count (a
+  // flag sets its key as if the config had given it).
+  if (vm.count("accum")) {
+    require_at_least("--accum", accum, 1);
+    config.gradient_accumulation_steps = accum;
+    config.accumulation_given = true;
+  }
+  if (vm.count("micro-batch")) {
+    require_at_least("--micro-batch", shape.micro_batch, 1);
+    config.train_micro_batch_size_per_gpu = shape.micro_batch;
+    config.micro_batch_given = true;
+  }
+  try {
+    config.resolve_batch(ranks);
+  } catch (const Error& e) {
+    throw Error(cat(e.what(), " (with ", ranks, ranks == 1 ? " rank" : " ranks",
+                    "; --micro-batch and --accum set these keys)"));
+  }
+  if (config.train_micro_batch_size_per_gpu > std::numeric_limits<int>::max())
+    throw Error(cat("train_micro_batch_size_per_gpu: ", config.train_micro_batch_size_per_gpu,
+                    " sequences per micro-batch is more than the planner's GPT takes (",
+                    std::numeric_limits<int>::max(), ")"));
+  in.gradient_accumulation_steps = config.gradient_accumulation_steps;
   in.ranks = ranks;
   in.ranks_per_node = vm.count("ranks-per-node") ? per_node : std::min(ranks, 8);
   require_at_least("--ranks-per-node", in.ranks_per_node, 1);
@@ -266,10 +294,6 @@ int cmd_plan(const Args& argv) {
   }
   if (vm.count("optimizer")) in.optimizer = parse_optimizer(optimizer);
   if (vm.count("offload")) in.offload = parse_offload(offload);
-  if (vm.count("accum")) {
-    require_at_least("--accum", accum, 1);
-    in.gradient_accumulation_steps = int(accum);
-  }
   if (vm.count("overlap")) in.overlap_comm = true;
   auto count_flag = [&](const char* flag, const std::string& text, std::int64_t least) {
     const std::int64_t n = parse_flag(flag, text, parse_count);
@@ -304,6 +328,7 @@ int cmd_plan(const Args& argv) {
   const bool gpt_given = std::any_of(std::begin(gpt_flags), std::end(gpt_flags),
                                      [&](const char* f) { return vm.count(f) > 0; });
   std::string model_text;  // the first line of the report
+  std::optional<std::int64_t> hidden;  // a GPT's, for the "auto" rules
   if (vm.count("params")) {
     if (vm.count("preset") || gpt_given)
       throw Error(
@@ -333,9 +358,7 @@ int cmd_plan(const Args& argv) {
     if (vm.count("seq-len")) shape.seq_len = given.seq_len;
     if (vm.count("ffn-hidden")) shape.ffn_hidden = given.ffn_hidden;
     if (vm.count("untied")) shape.tied_embeddings = false;
-    shape.micro_batch = vm.count("micro-batch") ? given.micro_batch
-                        : config_file.empty()   ? 1
-                                                : int(config.train_micro_batch_size_per_gpu);
+    shape.micro_batch = static_cast<int>(config.train_micro_batch_size_per_gpu);
     if (vm.count("recompute")) shape.recompute = true;
     require_at_least("--layers", shape.layers, 1);
     require_at_least("--hidden", shape.hidden, 1);
@@ -347,6 +370,7 @@ int cmd_plan(const Args& argv) {
     if (shape.hidden % shape.heads != 0)
       throw Error(cat("--hidden ", shape.hidden, " is not a multiple of --heads ", shape.heads));
     in.units = gpt_units(shape);
+    hidden = shape.hidden;
     in.activation_bytes = gpt_activation_bytes(shape, work_dtype(in.precision));
     in.model_name = vm.count("preset") ? preset : "gpt";
     model_text = cat(
@@ -359,6 +383,17 @@ int cmd_plan(const Args& argv) {
     throw Error(
         "no model: give --params COUNT, --preset NAME (see --list-presets) or "
         "--layers/--hidden/--heads");
+  }
+  // "auto" keys: HF's rules where they depend on the model (a GPT's hidden size); with --params
+  // there is none, and zero's defaults stay. Flags still win.
+  if (from_file && !config.auto_keys.empty()) {
+    fill_auto_from_model(config, hidden);
+    if (!vm.count("reduce-bucket-size")) in.reduce_bucket_size = config.zero.reduce_bucket_size;
+    if (!vm.count("prefetch-bucket-size"))
+      in.prefetch_bucket_size = config.zero.stage3_prefetch_bucket_size;
+    if (!vm.count("persistence-threshold"))
+      in.param_persistence_threshold = config.zero.stage3_param_persistence_threshold;
+    for (const auto& line : auto_fill_lines(config, "zero plan")) std::cerr << line << '\n';
   }
   if (vm.count("activations")) {
     in.activation_bytes = parse_flag("--activations", activations, parse_bytes);

@@ -1,15 +1,23 @@
 // `zero train`: trains the reference model on N ranks at any ZeRO stage, shows the loss as it
 // goes, then a summary: loss, checksum of the weights, memory per rank by category, traffic.
+#include <unistd.h>
+
 #include <boost/json.hpp>
 #include <boost/program_options.hpp>
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <optional>
 
 #include "cli/commands.hpp"
-#include "cli/options.hpp"
+#include "cli/fill_auto.hpp"
 #include "cli/launch.hpp"
+#include "cli/options.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "kernels/cuda/device.hpp"
 #include "models/mlp.hpp"
@@ -62,84 +70,270 @@ bool use_gpu(const std::string& device) {
   return ok == 1;
 }
 
+// The settings of one run: flags over the config over zero train's defaults, resolved and checked
+// before anything starts (and before a relaunch under mpirun, so that a bad flag is reported once,
+// by this process, not by every rank).
+struct Flags {
+  std::string model = "mlp", precision, reduce, config_file, json_file, device = "auto", seed;
+  int ranks = 1, stage = 0;
+  std::int64_t steps = 20, accum = 1, global_batch = 64, micro_batch = 1, log_every = 1;
+  int layers = 4, width = 512;
+  double lr = 0, clip = 0, timeout = 600;
+};
+
+struct Run {
+  Config config;
+  models::MlpShape shape;
+  std::int64_t steps = 20, log_every = 1, micro = 1, accum = 1;
+  double timeout = 600;
+};
+
+void require_at_least(std::string_view flag, std::int64_t value, std::int64_t least) {
+  if (value < least) throw Error(cat(flag, " must be >= ", least, ", got ", value));
+}
+
+// nan, inf and negative values are errors: only 0 means "off" where a flag has an off.
+void require_finite_nonneg(std::string_view flag, double value) {
+  if (!std::isfinite(value) || value < 0)
+    throw Error(cat(flag, " must be a finite number >= 0, got ", value));
+}
+
+struct Overflow : Error {
+  using Error::Error;
+};
+
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, std::string_view what) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) throw Overflow(cat(what, " overflows 64 bits"));
+  return r;
+}
+
+std::uint64_t parse_seed(const std::string& text) {
+  std::uint64_t v = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || p != end)
+    throw Error(cat("--seed: expected an integer 0..18446744073709551615, got '", text, "'"));
+  return v;
+}
+
+// The flags alone, before any file is read.
+void check_flags(const Flags& f, const boost::program_options::variables_map& vm) {
+  if (f.model != "mlp") throw Error(cat("--model: only 'mlp' is available, got '", f.model, "'"));
+  if (f.device != "auto" && f.device != "cpu" && f.device != "cuda")
+    throw Error(cat("--device: expected cpu, cuda or auto, got '", f.device, "'"));
+  if (vm.count("ranks")) require_at_least("--ranks", f.ranks, 1);
+  if (vm.count("stage") && (f.stage < 0 || f.stage > 3))
+    throw Error(cat("--stage (zero_optimization.stage): expected 0..3, got ", f.stage));
+  require_at_least("--steps", f.steps, 1);
+  require_at_least("--log-every", f.log_every, 1);
+  require_at_least("--layers", f.layers, 1);
+  require_at_least("--width", f.width, 1);
+  // One unit per layer: the engine's per-unit bookkeeping is sized for models of thousands.
+  if (f.layers > 10'000) throw Error(cat("--layers must be at most 10000, got ", f.layers));
+  if (vm.count("global-batch")) require_at_least("--global-batch", f.global_batch, 1);
+  if (vm.count("micro-batch")) require_at_least("--micro-batch", f.micro_batch, 1);
+  if (vm.count("accum")) require_at_least("--accum", f.accum, 1);
+  if (vm.count("lr")) require_finite_nonneg("--lr", f.lr);
+  if (vm.count("clip")) require_finite_nonneg("--clip", f.clip);
+  if (vm.count("timeout") &&
+      (!std::isfinite(f.timeout) || f.timeout <= 0 || f.timeout > kMaxCommTimeoutSeconds))
+    throw Error(cat("--timeout must be a number of seconds in (0, ", kMaxCommTimeoutSeconds,
+                    "], got ", f.timeout));
+  if (vm.count("seed")) parse_seed(f.seed);
+  if (vm.count("config") && f.config_file.empty())
+    throw Error("--config: the file name is empty");
+  if (vm.count("json") && f.json_file.empty()) throw Error("--json: the file name is empty");
+}
+
+// Available host memory in bytes (MemAvailable), or nullopt where it cannot be read.
+std::optional<std::int64_t> available_host_memory() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  std::int64_t kib = 0;
+  while (f >> key >> kib) {
+    if (key == "MemAvailable:") return kib * 1024;
+    f.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) return std::int64_t{pages} * page;
+  return std::nullopt;
+}
+
+// What one rank holds on the host, by the planner (model states, buffers and the activations of
+// a micro-batch) on the CPU path, or the trainer's host sample buffers on the GPU path; refused
+// with the figures before anything is allocated, instead of a std::bad_alloc in the middle.
+void check_host_memory(const Run& run, int world, int ranks_here, bool on_gpu) {
+  const std::int64_t w = run.shape.width, b = run.micro;
+  std::int64_t per_rank = 0;
+  try {
+    if (on_gpu) {
+      per_rank = checked_mul(checked_mul(2 * w, b, "the sample buffers"), 4, "the sample buffers");
+    } else {
+      PlanInput in = plan_input_from_config(run.config, world);
+      in.units = models::mlp_units(run.shape);
+      const std::int64_t floats = checked_mul(checked_mul(run.shape.layers + 4, b, "the activations"),
+                                              w, "the activations");
+      const std::int64_t weights = checked_mul(2 * w, w + 1, "the activations");  // w_, dw_, biases
+      if (__builtin_add_overflow(floats, weights, &in.activation_bytes))
+        throw Overflow("the activations overflow 64 bits");
+      in.activation_bytes = checked_mul(in.activation_bytes, 4, "the activations");
+      in.device = false;
+      per_rank = plan_memory(in).peak_total;
+    }
+  } catch (const Overflow&) {  // far more than any machine holds
+    throw Error(cat("this run's memory (", run.shape.layers, " layers of width ", w,
+                    ", micro-batches of ", b, " samples) overflows 64-bit byte counts; lower "
+                    "--width, --global-batch or --micro-batch"));
+  }
+  const auto avail = available_host_memory();
+  if (!avail) return;
+  std::int64_t need = 0;
+  if (__builtin_mul_overflow(per_rank, std::int64_t{ranks_here}, &need) || need > *avail)
+    throw Error(cat("this run needs ", format_bytes(per_rank), " of host memory per rank",
+                    ranks_here > 1 ? cat(" (x ", ranks_here, " ranks on this node)") : std::string(),
+                    ": model states, buffers and the activations of micro-batches of ", b,
+                    " samples of width ", w, ", but ", format_bytes(*avail),
+                    " is available (MemAvailable); lower --global-batch, --micro-batch or --width, "
+                    "or raise --accum or -n"));
+}
+
+// Flags over the config over zero train's defaults; `world` is the rank count when known (0
+// before a relaunch without -n inside a job: then the batch is resolved later, once MPI runs).
+Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm, int world) {
+  Run run;
+  Config& config = run.config;
+  const bool from_file = vm.count("config") > 0;
+  if (from_file) {
+    config = load_config(f.config_file);
+  } else {  // zero train's own defaults, where a config file would give its own
+    config.precision = Precision::bf16;
+    config.optimizer.lr = 3e-3;
+    config.gradient_clipping = 1.0;
+  }
+  fill_auto_defaults(config, {.lr = 3e-3, .clip = 1.0, .precision = Precision::bf16,
+                              .total_steps = f.steps});
+  if (vm.count("stage")) config.zero.stage = f.stage;
+  if (vm.count("precision")) config.precision = parse_precision(f.precision);
+  if (vm.count("reduce-dtype")) config.communication_data_type = parse_reduce(f.reduce);
+  if (vm.count("lr")) config.optimizer.lr = f.lr;
+  if (vm.count("clip")) config.gradient_clipping = f.clip;
+  if (vm.count("overlap")) config.zero.overlap_comm = true;
+  if (vm.count("timeout")) config.comm_timeout_seconds = f.timeout;
+  // Batch sizes: a flag sets its key as if the config had given it (DeepSpeed's rule then
+  // derives the rest); with none given anywhere, zero train's global batch of 64.
+  if (vm.count("global-batch")) config.train_batch_size = f.global_batch;
+  if (vm.count("micro-batch")) {
+    config.train_micro_batch_size_per_gpu = f.micro_batch;
+    config.micro_batch_given = true;
+  }
+  if (vm.count("accum")) {
+    config.gradient_accumulation_steps = f.accum;
+    config.accumulation_given = true;
+  }
+  if (!config.train_batch_size && !config.micro_batch_given) config.train_batch_size = 64;
+  run.shape.layers = f.layers;
+  run.shape.width = f.width;
+  run.shape.seed = vm.count("seed")  ? parse_seed(f.seed)
+                   : from_file       ? static_cast<std::uint64_t>(config.seed)
+                                     : 1;
+  run.steps = f.steps;
+  run.log_every = vm.count("log-every") ? f.log_every : from_file ? config.steps_per_print : 1;
+  run.timeout = config.comm_timeout_seconds;
+  fill_auto_from_model(config, f.width);
+  if (world < 1) return run;
+  try {
+    config.resolve_batch(world);
+  } catch (const Error& e) {
+    throw Error(cat(e.what(), " (with ", world, world == 1 ? " rank" : " ranks",
+                    "; --global-batch, --micro-batch and --accum set these keys)"));
+  }
+  run.micro = config.train_micro_batch_size_per_gpu;
+  run.accum = config.gradient_accumulation_steps;
+  run.shape.global_batch = *config.train_batch_size;
+  // Sample indices run to steps x global batch.
+  checked_mul(run.steps, run.shape.global_batch, "--steps x the global batch");
+  return run;
+}
+
 }  // namespace
 
 int cmd_train(const Args& argv) {
   namespace po = boost::program_options;
-  std::string model = "mlp", precision, reduce, config_file, json_file, device = "auto";
-  int ranks = 1, stage = 0;
-  std::int64_t steps = 20, accum = 1, global_batch = 64, log_every = 1;
-  std::uint64_t seed = 1;
-  models::MlpShape shape;
-  double lr = 0, clip = -1;
+  Flags f;
   po::options_description opts("zero train options");
   opts.add_options()
-      ("model", po::value(&model)->default_value("mlp"), "model to train (mlp)")
-      ("device", po::value(&device)->default_value("auto"),
+      ("model", po::value(&f.model)->default_value("mlp"), "model to train (mlp)")
+      ("device", po::value(&f.device)->default_value("auto"),
        "cpu (MPI, host memory), cuda (one GPU per rank, NCCL, cuBLASLt) or auto: cuda when every "
        "rank on a node has a GPU of its own, else cpu")
-      ("ranks,n", po::value(&ranks), "ranks (outside an MPI job: relaunch under mpirun)")
-      ("stage", po::value(&stage), "ZeRO stage 0..3 (overrides the config)")
-      ("steps", po::value(&steps)->default_value(20), "optimizer steps")
-      ("seed", po::value(&seed)->default_value(1), "seed of weights, teacher and data")
-      ("layers", po::value(&shape.layers)->default_value(4), "MLP layers (one unit each)")
-      ("width", po::value(&shape.width)->default_value(512), "MLP width")
-      ("global-batch", po::value(&global_batch)->default_value(64),
-       "samples per step over all ranks (split evenly; independent of the rank count)")
-      ("accum", po::value(&accum), "micro-batches per step (gradient_accumulation_steps)")
-      ("precision", po::value(&precision), "bf16 (default), fp16 or fp32")
-      ("reduce-dtype", po::value(&reduce), "gradient reduce dtype: fp32 (default) or the training dtype")
-      ("lr", po::value(&lr), "learning rate (overrides the config)")
-      ("clip", po::value(&clip), "gradient clipping max norm, 0 = off (overrides the config)")
+      ("ranks,n", po::value(&f.ranks), "ranks (outside an MPI job: relaunch under mpirun)")
+      ("stage", po::value(&f.stage), "ZeRO stage 0..3 (overrides the config)")
+      ("steps", po::value(&f.steps)->default_value(20), "optimizer steps")
+      ("seed", po::value(&f.seed), "seed of weights, teacher and data (default 1, or the config's seed)")
+      ("layers", po::value(&f.layers)->default_value(4), "MLP layers (one unit each)")
+      ("width", po::value(&f.width)->default_value(512), "MLP width")
+      ("global-batch", po::value(&f.global_batch),
+       "samples per step over all ranks (train_batch_size; default 64 unless the config gives "
+       "a batch size)")
+      ("micro-batch", po::value(&f.micro_batch),
+       "samples per rank per micro-batch (train_micro_batch_size_per_gpu)")
+      ("accum", po::value(&f.accum), "micro-batches per step (gradient_accumulation_steps)")
+      ("precision", po::value(&f.precision), "bf16 (default), fp16 or fp32")
+      ("reduce-dtype", po::value(&f.reduce), "gradient reduce dtype: fp32 (default) or the training dtype")
+      ("lr", po::value(&f.lr), "learning rate (overrides the config)")
+      ("clip", po::value(&f.clip), "gradient clipping max norm, 0 = off (overrides the config)")
       ("overlap", "overlap gradient reduction with backward (zero_optimization.overlap_comm)")
-      ("config", po::value(&config_file), "DeepSpeed-style JSON config file")
-      ("json", po::value(&json_file), "write a JSON summary to this file")
-      ("log-every", po::value(&log_every)->default_value(1), "print the loss every this many steps")
+      ("timeout", po::value(&f.timeout),
+       "seconds a collective may make no progress before the job fails (default: the config's "
+       "comm_timeout, 600)")
+      ("config", po::value(&f.config_file), "DeepSpeed-style JSON config file")
+      ("json", po::value(&f.json_file), "write a JSON summary to this file")
+      ("log-every", po::value(&f.log_every),
+       "print the loss every this many steps (default 1, or the config's steps_per_print)")
       ("help,h", "show this help");
   const po::variables_map vm = parse_options(argv, opts);
   if (vm.count("help")) {
     std::cout << opts;
     return 0;
   }
-  if (model != "mlp") throw Error(cat("--model: only 'mlp' is available, got '", model, "'"));
-  if (!vm.count("ranks")) ranks = in_mpi_job() ? 0 : 1;
-  if (ranks > 0) ensure_ranks(ranks, argv);
-  if (steps < 1) throw Error(cat("--steps must be >= 1, got ", steps));
-  if (log_every < 1) throw Error(cat("--log-every must be >= 1, got ", log_every));
+  check_flags(f, vm);
+  // Everything that can be checked without MPI, before a relaunch starts any rank.
+  const int asked = vm.count("ranks") ? f.ranks : in_mpi_job() ? 0 : 1;
+  {
+    const Run early = resolve_run(f, vm, asked);
+    if (asked > 0 && !in_mpi_job() && (f.device == "cpu" || !ZERO_HAVE_CUDA))
+      check_host_memory(early, asked, asked, false);
+  }
+  if (asked > 0) ensure_ranks(asked, argv);
 
-  Config config;
-  config.precision = Precision::bf16;
-  config.optimizer.lr = 3e-3;
-  config.gradient_clipping = 1.0;
-  if (!config_file.empty()) config = load_config(config_file);
-  if (vm.count("stage")) config.zero.stage = stage;
-  if (vm.count("precision")) config.precision = parse_precision(precision);
-  if (vm.count("reduce-dtype")) config.communication_data_type = parse_reduce(reduce);
-  if (vm.count("accum")) config.gradient_accumulation_steps = accum;
-  if (vm.count("lr")) config.optimizer.lr = lr;
-  if (vm.count("clip")) config.gradient_clipping = clip;
-  if (vm.count("overlap")) config.zero.overlap_comm = true;
-  if (config.train_batch_size && !vm.count("global-batch") ) global_batch = *config.train_batch_size;
-  shape.seed = seed;
-  shape.global_batch = global_batch;
-
-  if (device != "auto" && device != "cpu" && device != "cuda")
-    throw Error(cat("--device: expected cpu, cuda or auto, got '", device, "'"));
   comm::MpiRuntime mpi;
-  const bool on_gpu = use_gpu(device);
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  check_job_size(n, "train");
+  const bool on_gpu = use_gpu(f.device);
+  Run run = resolve_run(f, vm, n);
+  Config& config = run.config;
+  models::MlpShape& shape = run.shape;
+  const std::int64_t micro = run.micro, accum = run.accum, global_batch = shape.global_batch;
+  const std::int64_t steps = run.steps, log_every = run.log_every;
+  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  check_host_memory(run, n, on_gpu ? 1 : std::max(1, local_size ? std::atoi(local_size) : 1), on_gpu);
+  comm::Options co;
+  co.timeout_seconds = run.timeout;
   std::unique_ptr<comm::Communicator> world =
-      on_gpu ? comm::make_nccl_communicator(MPI_COMM_WORLD) : comm::make_mpi_communicator();
-  const int n = world->size(), rank = world->rank();
+      on_gpu ? comm::make_nccl_communicator(MPI_COMM_WORLD, comm::NcclOptions{.common = co})
+             : comm::make_mpi_communicator(MPI_COMM_WORLD, co);
+  const int rank = world->rank();
   const comm::Memory where = on_gpu ? comm::Memory::device : comm::Memory::host;
-  accum = config.gradient_accumulation_steps;
-  if (global_batch % (static_cast<std::int64_t>(n) * accum) != 0)
-    throw Error(cat("--global-batch ", global_batch, " must divide evenly into ", n, " ranks x ",
-                    accum, " micro-batches"));
-  const std::int64_t micro = global_batch / (n * accum);
-  config.train_micro_batch_size_per_gpu = micro;
-  config.train_batch_size = global_batch;
-  for (const auto& w : config.warnings)
-    if (rank == 0) std::cerr << "zero train: warning: " << w << '\n';
+  if (rank == 0) {
+    for (const auto& w : config.warnings) std::cerr << "zero train: warning: " << w << '\n';
+    for (const auto& line : auto_fill_lines(config, "zero train")) std::cout << line << '\n';
+    if (config.zero.stage > 0 && n == 1)
+      std::cerr << "zero train: warning: stage " << config.zero.stage
+                << " at 1 rank shards nothing (every state stays whole on the one rank); run with "
+                   "-n 2 or more to see it shard\n";
+  }
 
   EngineOptions eo;
   eo.memory = where;
@@ -148,10 +342,10 @@ int cmd_train(const Args& argv) {
   models::MlpTrainer trainer(shape, micro, where);
   const Layout& layout = engine.layout();
   if (rank == 0)
-    std::printf("zero train: mlp %d x %d (%lld params), stage %d, %d ranks on %s, %s, reduce %s, "
+    std::printf("zero train: mlp %d x %d (%lld params), stage %d, %d rank%s on %s, %s, reduce %s, "
                 "global batch %lld = %d x %lld micro-batches x %lld\n",
                 shape.layers, shape.width, static_cast<long long>(layout.numel), config.zero.stage, n,
-                on_gpu ? "cuda (NCCL)" : "cpu (MPI)", std::string(name_of(config.precision)).c_str(),
+                n == 1 ? "" : "s", on_gpu ? "cuda (NCCL)" : "cpu (MPI)", std::string(name_of(config.precision)).c_str(),
                 std::string(name_of(config.precision == Precision::fp32 ? DType::f32 : config.communication_data_type)).c_str(),
                 static_cast<long long>(global_batch), n, static_cast<long long>(accum),
                 static_cast<long long>(micro));
@@ -236,7 +430,7 @@ int cmd_train(const Args& argv) {
                 human_bytes(double(acct[comm::Op::all_gather].payload_bytes) / steps).c_str());
   }
 
-  if (rank == 0 && !json_file.empty()) {
+  if (rank == 0 && !f.json_file.empty()) {
     boost::json::array memory;
     for (int r = 0; r < n; ++r) {
       boost::json::object o;
@@ -275,9 +469,9 @@ int cmd_train(const Args& argv) {
                              {"reduce_scatter", wire(comm::Op::reduce_scatter)},
                              {"all_gather", wire(comm::Op::all_gather)}}},
     };
-    std::ofstream f(json_file);
-    if (!f) throw Error(cat("cannot write ", json_file));
-    f << boost::json::serialize(j) << '\n';
+    std::ofstream out(f.json_file);
+    if (!out) throw Error(cat("cannot write ", f.json_file));
+    out << boost::json::serialize(j) << '\n';
   }
   return 0;
 }

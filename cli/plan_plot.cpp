@@ -64,11 +64,13 @@ std::string pow2_label(int e) {
 std::string plot_svg(PlanInput in, const std::vector<int>& stages,
                      std::optional<std::int64_t> budget) {
   const int ranks = in.ranks, shard_size = in.shard_size, per_node = in.ranks_per_node;
+  // Up to max(64, 4N) in powers of two, in 64 bits (4N overflows an int), at most 2^30.
   int max_ranks = 1;
-  while (max_ranks < std::max(64, 4 * ranks)) max_ranks *= 2;
+  while (max_ranks < (1 << 30) && max_ranks < std::max<std::int64_t>(64, 4 * std::int64_t{ranks}))
+    max_ranks *= 2;
   // The rank counts: powers of two, the count asked for, and multiples of a shard group.
   std::vector<int> counts{ranks};
-  for (int r = 1; r <= max_ranks; r *= 2) counts.push_back(r);
+  for (std::int64_t r = 1; r <= max_ranks; r *= 2) counts.push_back(int(r));
   for (long r = shard_size; shard_size > 0 && r <= max_ranks; r *= 2) counts.push_back(int(r));
   std::erase_if(counts, [&](int r) { return !shard_at(shard_size, r); });
   std::sort(counts.begin(), counts.end());
@@ -80,7 +82,13 @@ std::string plot_svg(PlanInput in, const std::vector<int>& stages,
     for (int r : counts) {
       in.stage = s, in.ranks = r, in.ranks_per_node = std::min(per_node, r);
       in.shard_size = *shard_at(shard_size, r);
-      const double y = double(std::max<std::int64_t>(1, plan_memory(in).peak_total));
+      std::int64_t peak = 0;
+      try {
+        peak = plan_memory(in).peak_total;
+      } catch (const Error&) {
+        continue;  // a rank count the model's padding makes too large to plan: no point
+      }
+      const double y = double(std::max<std::int64_t>(1, peak));
       line.emplace_back(std::log2(r), y), lo = std::min(lo, y), hi = std::max(hi, y);
     }
   }

@@ -1,8 +1,9 @@
 // The memory planner (zero/planner.hpp). It follows the engine's allocation rules (zero/engine.cpp,
 // zero/engine_step.cpp) term by term: the persistent buffers from the layout, and the transient
 // ones by replaying the engine's allocations for the documented call order (forward: gather,
-// release; backward: gather, grads, release, reduce_grads; then step) and keeping the peak.
-// A change to what the engine allocates must change this file too; tests/zero/test_planner.cpp
+// release; backward: gather, grads, release, reduce_grads; then step) and keeping the peak, in
+// time linear in the units (replay_step says how).
+// A change to what the engine allocates must change this file too; tests/zero/test_planner_engine.cpp
 // compares both, byte for byte, at every stage and at 1 to 4 ranks.
 #include "zero/planner.hpp"
 
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -41,16 +43,51 @@ std::string with_commas(std::int64_t v) {
   return v < 0 ? "-" + out : out;
 }
 
+// A byte count past 2^63 - 1: the input is too large to plan (--params 1e18 at stage 0). Thrown
+// by the checked arithmetic below, so that no term wraps into a negative size; the inverse
+// questions read it as "does not fit".
+class TooLarge : public Error {
+ public:
+  using Error::Error;
+};
+
+// Checked arithmetic on byte counts; `what` names the quantity in the error.
+struct Checked {
+  std::string context;  // "stage 0, 1 rank, 1,000,000,000,000,000,000 params"
+  [[noreturn]] void fail(std::string_view what) const {
+    throw TooLarge(cat("too large to plan: ", what, " would need more than 2^63 - 1 bytes (8 EiB) per "
+                       "rank, the most a 64-bit byte count holds (", context,
+                       "); give fewer parameters or more ranks"));
+  }
+  std::int64_t mul(std::int64_t a, std::int64_t b, std::string_view what) const {
+    std::int64_t r = 0;
+    if (__builtin_mul_overflow(a, b, &r)) fail(what);
+    return r;
+  }
+  std::int64_t add(std::int64_t a, std::int64_t b, std::string_view what) const {
+    std::int64_t r = 0;
+    if (__builtin_add_overflow(a, b, &r)) fail(what);
+    return r;
+  }
+};
+
 // Replays the engine's transient allocations and keeps the most held at once.
 struct Replay {
+  const Checked& ck;
   std::int64_t current = 0;
   std::int64_t peak = 0;
   void alloc(std::int64_t b) {
-    current += b;
+    current = ck.add(current, b, "the transient buffers");
     peak = std::max(peak, current);
   }
   void free(std::int64_t b) { current -= b; }
 };
+
+// The planner builds the layout the engine builds, a few hundred bytes per unit and per tensor:
+// bounded, so that an absurd shape (--layers 2147483647) is refused in a sentence instead of
+// exhausting memory. Real models have a few thousand tensors; a million answers in seconds.
+constexpr std::int64_t kMaxUnits = 1'000'000;
+constexpr std::int64_t kMaxTensors = 2'000'000;
 
 }  // namespace
 
@@ -100,6 +137,32 @@ void check_gpt(const GptShape& s) {
   if (s.ffn_hidden < 0) throw Error(cat("GPT shape: ffn_hidden must be >= 0, got ", s.ffn_hidden));
   if (s.hidden % s.heads != 0)
     throw Error(cat("GPT shape: heads (", s.heads, ") must divide hidden (", s.hidden, ")"));
+  // The parameter count in closed form, before any unit is built: embeddings (V + S)·h, per
+  // block 4h² + 2fh + 9h + f, the final LayerNorm 2h, and the untied head V·h.
+  const std::int64_t h = s.hidden, f = s.ffn_hidden > 0 ? s.ffn_hidden : 4 * h;
+  bool over = false;
+  auto mul = [&](std::int64_t a, std::int64_t b) {
+    std::int64_t r = 0;
+    over |= __builtin_mul_overflow(a, b, &r);
+    return r;
+  };
+  auto add = [&](std::int64_t a, std::int64_t b) {
+    std::int64_t r = 0;
+    over |= __builtin_add_overflow(a, b, &r);
+    return r;
+  };
+  const std::int64_t block = add(add(mul(4 * h, h), mul(2 * f, h)), 9 * h + f);
+  std::int64_t n = add(mul(add(s.vocab, s.seq_len), h), mul(s.layers, block));
+  n = add(n, s.tied_embeddings ? 2 * h : add(2 * h, mul(s.vocab, h)));
+  if (over)
+    throw Error(cat("GPT shape: ", s.layers, " layers of hidden ", s.hidden, " (ffn ", f,
+                    ", vocab ", s.vocab, ") have more than 2^63 - 1 parameters: too large to "
+                    "plan"));
+  const std::int64_t tensors = 12 * std::int64_t{s.layers} + 4;
+  if (s.layers + std::int64_t{2} > kMaxUnits || tensors > kMaxTensors)
+    throw Error(cat("GPT shape: ", s.layers, " layers is more than the planner handles (at most ",
+                    (kMaxTensors - 4) / 12, ": it builds the engine's layout, an entry per "
+                    "tensor)"));
 }
 
 }  // namespace
@@ -141,6 +204,10 @@ std::int64_t gpt_activation_bytes(const GptShape& s, DType work) {
   const double logits = 4.0 * sq * b * v;  // fp32 logits for the softmax cross-entropy
   const double total = s.recompute ? s.layers * block_input + per_block + logits
                                    : s.layers * per_block + logits;
+  if (!(total < 9.2e18))  // llround of a value past int64 is undefined
+    throw TooLarge(cat("too large to plan: the activations of this GPT (", s.layers, " layers, "
+                       "hidden ", s.hidden, ", seq ", s.seq_len, ", micro-batch ", s.micro_batch,
+                       ") would need ", total, " bytes per rank, more than 2^63 - 1 (8 EiB)"));
   return static_cast<std::int64_t>(std::llround(total));
 }
 
@@ -149,8 +216,12 @@ std::int64_t count_params(const std::vector<UnitSpec>& units) {
   for (const auto& u : units)
     for (const auto& p : u.params) {
       std::int64_t k = 1;
-      for (auto d : p.shape) k *= d;
-      n += k;
+      for (auto d : p.shape)
+        if (d < 0 || __builtin_mul_overflow(k, d, &k))
+          throw Error(cat("parameter '", p.name, "' has a negative dimension or more than "
+                          "2^63 - 1 elements"));
+      if (__builtin_add_overflow(n, k, &n))
+        throw Error("the model has more than 2^63 - 1 parameters: too large to plan");
     }
   return n;
 }
@@ -160,7 +231,11 @@ std::vector<UnitSpec> uniform_units(std::int64_t params, int units) {
   if (units < 1) throw Error(cat("units must be >= 1, got ", units));
   if (units > params)
     throw Error(cat("cannot cut ", params, " parameters into ", units, " units"));
+  if (units > kMaxUnits)
+    throw Error(cat(units, " units is more than the planner handles (at most ", kMaxUnits,
+                    ": it builds the engine's layout, an entry per unit)"));
   std::vector<UnitSpec> out;
+  out.reserve(static_cast<std::size_t>(units));
   for (int u = 0; u < units; ++u) {
     const std::int64_t n = params / units + (u < params % units ? 1 : 0);
     const std::string name = "unit" + std::to_string(u);
@@ -175,7 +250,7 @@ PlanInput plan_input_from_config(const Config& c, int ranks) {
   in.stage = c.zero.stage;
   in.precision = c.precision;
   in.reduce_dtype = c.precision == Precision::fp32 ? DType::f32 : c.communication_data_type;
-  in.gradient_accumulation_steps = static_cast<int>(c.gradient_accumulation_steps);
+  in.gradient_accumulation_steps = c.gradient_accumulation_steps;
   in.overlap_comm = c.zero.overlap_comm;
   in.reduce_bucket_size = c.zero.reduce_bucket_size;
   in.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
@@ -187,7 +262,9 @@ PlanInput plan_input_from_config(const Config& c, int ranks) {
 
 // --- the plan --------------------------------------------------------------------------------
 
-Plan plan_memory(const PlanInput& in) {
+namespace {
+
+void validate(const PlanInput& in) {
   if (in.stage < 0 || in.stage > 3) throw Error(cat("stage: expected 0..3, got ", in.stage));
   if (in.ranks < 1) throw Error(cat("ranks: expected >= 1, got ", in.ranks));
   if (in.ranks_per_node < 1)
@@ -200,15 +277,215 @@ Plan plan_memory(const PlanInput& in) {
                     in.gradient_accumulation_steps));
   if (in.activation_bytes < 0)
     throw Error(cat("activation bytes: expected >= 0, got ", in.activation_bytes));
+  if (in.prefetch_bucket_size < 0)
+    throw Error(cat("prefetch bucket size: expected >= 0 elements, got ", in.prefetch_bucket_size));
+  if (in.max_live_parameters < 0)
+    throw Error(cat("max live parameters: expected >= 0 elements, got ", in.max_live_parameters));
+  if (in.param_persistence_threshold < 0)
+    throw Error(cat("param persistence threshold: expected >= 0 elements, got ",
+                    in.param_persistence_threshold));
+  if (in.reduce_bucket_size < 1)
+    throw Error(cat("reduce bucket size: expected >= 1 element, got ", in.reduce_bucket_size));
+  if (in.comm_chunk_bytes < 1 || in.comm_pipeline_depth < 1)
+    throw Error(cat("comm staging: expected chunk bytes and pipeline depth >= 1, got ",
+                    in.comm_chunk_bytes, " and ", in.comm_pipeline_depth));
   if (in.offload == Offload::cpu && in.stage == 0)
     throw Error("optimizer offload needs stage 1, 2 or 3 (stage 0 keeps the full optimizer state "
                 "on every rank)");
+  if (in.units.empty()) throw Error("the model has no units");
+  // The layout is a few hundred bytes per unit and tensor: refuse before building it.
+  if (static_cast<std::int64_t>(in.units.size()) > kMaxUnits)
+    throw Error(cat("the model has ", in.units.size(), " units, more than the planner handles (",
+                    kMaxUnits, ")"));
+  std::int64_t tensors = 0;
+  for (const auto& u : in.units) tensors += static_cast<std::int64_t>(u.params.size());
+  if (tensors > kMaxTensors)
+    throw Error(cat("the model has ", tensors, " parameter tensors, more than the planner handles (",
+                    kMaxTensors, ")"));
+}
+
+// What the plan reads of the layout: each unit's sizes, in order, and the totals.
+struct UnitSizes {
+  std::int64_t numel = 0, padded_numel = 0, shard_numel = 0;
+  bool persistent = false;
+};
+struct Sizes {
+  std::vector<UnitSizes> units;
+  std::int64_t numel = 0, padded_numel = 0, shard_numel = 0;
+};
+
+// The engine's layout (make_layout) of the units, by distinct shape: a unit's padding depends on
+// its own parameters' shapes, the shard count and the alignment only, never on where it sits, so
+// each distinct unit is laid out once and repeated. A million equal units cost one layout entry.
+Sizes lay_out(const std::vector<UnitSpec>& units, const LayoutOptions& lo) {
+  std::map<std::vector<std::vector<std::int64_t>>, int> index;  // shapes -> distinct unit
+  std::vector<UnitSpec> distinct;
+  std::vector<int> which(units.size());
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    std::vector<std::vector<std::int64_t>> key;
+    key.reserve(units[u].params.size());
+    for (const auto& p : units[u].params) key.push_back(p.shape);
+    auto [it, fresh] = index.emplace(std::move(key), static_cast<int>(distinct.size()));
+    if (fresh) distinct.push_back(units[u]);
+    which[u] = it->second;
+  }
+  const Layout L = make_layout(distinct, lo);
+  Sizes out;
+  out.units.reserve(units.size());
+  for (int d : which) {
+    const UnitLayout& U = L.units[static_cast<std::size_t>(d)];
+    out.units.push_back({U.numel, U.padded_numel, U.shard_numel, U.persistent});
+    if (__builtin_add_overflow(out.numel, U.numel, &out.numel) ||
+        __builtin_add_overflow(out.padded_numel, U.padded_numel, &out.padded_numel))
+      throw TooLarge(cat("too large to plan: the model's padded size overflows 64-bit element "
+                         "counts (", units.size(), " units over ", lo.shard_ranks, " ranks)"));
+  }
+  out.shard_numel = out.padded_numel / lo.shard_ranks;
+  return out;
+}
+
+// The peak of the transient buffers of one optimizer step: the engine's allocations replayed for
+// the documented call order (per micro-batch: forward gather, release; backward gather, grads,
+// release, reduce_grads; then step).
+//
+// Linear in the units, whatever the accumulation: (1) the engine's state after every micro-batch
+// is the same (all stage-3 units released, the last gather at unit 0, with overlap_comm unit 0's
+// reduction in flight), so micro-batches 2..K repeat micro-batch 2 exactly and two are replayed;
+// (2) the prefetch window is kept as a frontier that only moves forward along the direction of
+// travel instead of being rescanned at each gather; (3) the reductions in flight are a list (at
+// most two entries) instead of a scan over every unit.
+std::int64_t replay_step(const Sizes& L, const StagePolicy& pol, const PlanInput& in,
+                         std::int64_t w, std::int64_t r, DType rd, const Checked& ck) {
+  Replay train{ck};
+  const int nu = static_cast<int>(L.units.size());
+  enum class St : std::uint8_t { sharded, gathered };
+  std::vector<St> st(static_cast<std::size_t>(nu), St::sharded);
+  std::vector<std::int64_t> pending(static_cast<std::size_t>(nu), 0);  // bytes a reduction holds
+  std::vector<int> in_flight;                                          // units with pending > 0
+  std::vector<char> fresh(static_cast<std::size_t>(nu), 0);
+  auto padded = [&](int v) { return L.units[v].padded_numel; };
+  auto persistent = [&](int v) { return L.units[v].persistent; };
+
+  // Stage 3's gathers (Engine::gather and Impl::prefetch_from). `last`, the engine's
+  // last_gathered, gives the direction; [last, front] in that direction is what the window's
+  // scan has covered: every non-persistent unit in it is gathered, and `ahead` is their padded
+  // size beyond `last` (the window's fill); `live` is every gathered non-persistent element.
+  int last = -1, dir = 0, front = -1;
+  std::int64_t ahead = 0, live = 0;
+  auto issue = [&](int v) {
+    train.alloc(ck.mul(w, padded(v), "the gathered units"));
+    st[v] = St::gathered;
+    live += padded(v);
+  };
+  auto gather = [&](int u) {
+    if (!pol.shard_params || persistent(u)) return;
+    const int d = last >= 0 && u <= last ? -1 : +1;
+    const bool inside = d == dir && last >= 0 && (d > 0 ? u > last && u <= front : u < last && u >= front);
+    if (inside) {  // the window now starts after u: drop what lies between the old start and u
+      for (int v = last + d; v != u + d; v += d)
+        if (!persistent(v) && st[v] != St::sharded) ahead -= padded(v);
+    } else {
+      front = u;
+      ahead = 0;
+    }
+    last = u;
+    dir = d;
+    if (st[u] == St::sharded) issue(u);
+    for (int v = front + d; v >= 0 && v < nu; v += d) {
+      if (persistent(v)) {
+        front = v;
+        continue;
+      }
+      if (st[v] == St::sharded) {
+        if (ahead + padded(v) > in.prefetch_bucket_size ||
+            live + padded(v) > in.max_live_parameters)
+          break;
+        issue(v);
+      }
+      ahead += padded(v);
+      front = v;
+    }
+  };
+  auto release = [&](int u) {
+    if (!pol.shard_params || persistent(u) || st[u] == St::sharded) return;
+    train.free(w * padded(u));
+    st[u] = St::sharded;
+    live -= padded(u);
+  };
+
+  // Gradients and their reductions (Impl::grads_of_unit, finish_reduce, Engine::reduce_grads).
+  auto finish = [&](int u) {
+    train.free(pending[u]);
+    pending[u] = 0;
+  };
+  auto grads = [&](int u) {
+    if (fresh[u]) return;
+    finish(u);
+    if (pol.shard_grads) train.alloc(ck.mul(w, padded(u), "the gradient buffers"));
+    fresh[u] = 1;
+  };
+  auto reduce = [&](int u) {
+    grads(u);
+    const auto& U = L.units[u];
+    if (pol.gather_grads) {
+      pending[u] = r * U.shard_numel;  // this rank's block before the all-gather
+      train.alloc(pending[u]);
+    } else if (pol.shard_grads) {
+      pending[u] = w * U.padded_numel;  // the unit's gradient buffer, until the reduction ends
+    }
+    if (pending[u] > 0) in_flight.push_back(u);
+    fresh[u] = 0;
+    // Every other reduction is finished now; with overlap_comm this one stays in flight.
+    std::size_t kept = 0;
+    for (int v : in_flight)
+      if (v == u && in.overlap_comm && pending[v] > 0) in_flight[kept++] = v;
+      else finish(v);
+    in_flight.resize(kept);
+  };
+
+  const std::int64_t micro_batches = std::min<std::int64_t>(in.gradient_accumulation_steps, 2);
+  for (std::int64_t mb = 0; mb < micro_batches; ++mb) {
+    for (int u = 0; u < nu; ++u) {
+      gather(u);
+      release(u);
+    }
+    for (int u = nu - 1; u >= 0; --u) {
+      gather(u);
+      grads(u);
+      release(u);
+      reduce(u);
+    }
+  }
+  // step(): finish every reduction, drop stage-3 prefetches, convert 16-bit reduced gradients
+  // unit by unit through one scratch, and stage each new shard for the all-gather (stages 1-2
+  // and persistent units).
+  for (int u = 0; u < nu; ++u) finish(u);
+  for (int u = 0; u < nu; ++u) release(u);
+  std::int64_t scratch = 0;
+  if (in.gradient_accumulation_steps == 1 && rd != DType::f32) {
+    for (int u = 0; u < nu; ++u)
+      scratch = std::max(scratch, pol.shard_optimizer ? L.units[u].shard_numel : padded(u));
+    scratch = ck.mul(scratch, 4, "the step's fp32 scratch");
+    train.alloc(scratch);
+  }
+  for (const auto& U : L.units)
+    if (pol.shard_optimizer && (!pol.shard_params || U.persistent)) {
+      train.alloc(w * U.shard_numel);
+      train.free(w * U.shard_numel);
+    }
+  train.free(scratch);
+  return train.peak;
+}
+
+}  // namespace
+
+Plan plan_memory(const PlanInput& in) {
+  validate(in);
   const DType wd = work_dtype(in.precision);
   const DType rd = in.precision == Precision::fp32 ? DType::f32 : in.reduce_dtype;
   if (rd != DType::f32 && rd != wd)
     throw Error(cat("reduce dtype: expected fp32 or the training dtype (", name_of(wd), "), got ",
                     name_of(rd)));
-  if (in.units.empty()) throw Error("the model has no units");
 
   const StagePolicy pol = kStagePolicy[in.stage];
   const int S = in.shard_size > 0 ? in.shard_size : in.ranks;
@@ -217,14 +494,15 @@ Plan plan_memory(const PlanInput& in) {
   lo.align_elements = in.align_elements;
   lo.persistence_threshold = in.stage == 3 ? in.param_persistence_threshold : 0;
   lo.bucket_elements = in.reduce_bucket_size;
-  const Layout L = make_layout(in.units, lo);
+  const Sizes L = lay_out(in.units, lo);
 
   const std::int64_t w = work_bytes(in.precision), r = static_cast<std::int64_t>(size_of(rd));
   const std::int64_t P = L.padded_numel, Sh = L.shard_numel;
   const std::int64_t state = pol.shard_optimizer ? Sh : P;
   const bool fp32 = in.precision == Precision::fp32;
   const bool offload = in.offload == Offload::cpu;
-  const int nu = static_cast<int>(L.units.size());
+  const Checked ck{cat("stage ", in.stage, ", ", in.ranks, in.ranks == 1 ? " rank, " : " ranks, ",
+                       with_commas(L.numel), " params")};
 
   Plan plan;
   plan.stage = in.stage;
@@ -235,16 +513,25 @@ Plan plan_memory(const PlanInput& in) {
 
   PlanBytes& dev = plan.device;
   PlanBytes& host = plan.host;
+  // Every term is added with checked arithmetic, and so is each space's running sum: the sums
+  // PlanBytes computes (model states, totals) then cannot wrap either.
+  std::int64_t dev_sum = 0, host_sum = 0;
   auto term = [&](std::string category, std::string name, std::string formula, std::int64_t b,
                   bool on_host = false) {
     PlanBytes& space = on_host ? host : dev;
-    if (category == "params") space.params += b;
-    else if (category == "grads") space.grads += b;
-    else if (category == "master") space.master += b;
-    else if (category == "optimizer") space.optimizer += b;
-    else if (category == "buffers") space.buffers += b;
-    else space.activations += b;
+    std::int64_t& sum = on_host ? host_sum : dev_sum;
+    sum = ck.add(sum, b, name);
+    std::int64_t& slot = category == "params"      ? space.params
+                         : category == "grads"     ? space.grads
+                         : category == "master"    ? space.master
+                         : category == "optimizer" ? space.optimizer
+                         : category == "buffers"   ? space.buffers
+                                                   : space.activations;
+    slot += b;
     plan.terms.push_back({std::move(category), std::move(name), std::move(formula), b, on_host});
+  };
+  auto bytes = [&](std::int64_t per, std::int64_t count, std::string_view what) {
+    return ck.mul(per, count, what);
   };
   const std::string Ps = with_commas(P), Ss = with_commas(Sh);
   const std::string state_name = pol.shard_optimizer ? "Ψs" : "Ψp";
@@ -261,52 +548,60 @@ Plan plan_memory(const PlanInput& in) {
     if (params_alias_master)
       term("params", "fp32 params (are the master weights)", "0 (no copy)", 0);
     else
-      term("params", wn + " params (full)", cat(w, " B x Ψp = ", w, " x ", Ps), w * P);
+      term("params", wn + " params (full)", cat(w, " B x Ψp = ", w, " x ", Ps),
+           bytes(w, P, "the params"));
   } else {
     if (params_alias_master)
       term("params", "fp32 param shard (is the master shard)", "0 (no copy)", 0);
     else
-      term("params", wn + " param shard", cat(w, " B x Ψs = ", w, " x ", Ss), w * Sh);
+      term("params", wn + " param shard", cat(w, " B x Ψs = ", w, " x ", Ss),
+           bytes(w, Sh, "the param shard"));
     if (persistent_full > 0)
       term("params", wn + " persistent units (full: below the threshold)",
-           cat(w, " B x ", with_commas(persistent_full)), w * persistent_full);
+           cat(w, " B x ", with_commas(persistent_full)),
+           bytes(w, persistent_full, "the persistent units"));
   }
 
   // Gradients: the full working-dtype buffer (stages 0-1), or the reduced shard (2-3).
   if (!pol.shard_grads) {
-    term("grads", wn + " grads (full)", cat(w, " B x Ψp = ", w, " x ", Ps), w * P);
+    term("grads", wn + " grads (full)", cat(w, " B x Ψp = ", w, " x ", Ps),
+         bytes(w, P, "the grads"));
   } else if (offload) {
-    term("grads", "fp32 grad shard (offloaded)", cat("4 B x Ψs = 4 x ", Ss), 4 * Sh, true);
+    term("grads", "fp32 grad shard (offloaded)", cat("4 B x Ψs = 4 x ", Ss),
+         bytes(4, Sh, "the grad shard"), true);
   } else {
-    term("grads", rn + " reduced grad shard", cat(r, " B x Ψs = ", r, " x ", Ss), r * Sh);
+    term("grads", rn + " reduced grad shard", cat(r, " B x Ψs = ", r, " x ", Ss),
+         bytes(r, Sh, "the grad shard"));
   }
 
   // fp32 master and optimizer state.
   const std::int64_t opt_states = in.optimizer == PlanOptimizer::adam ? 2 : 1;
   term("master", "fp32 master weights" + std::string(pol.shard_optimizer ? " (shard)" : " (full)"),
-       cat("4 B x ", state_name, " = 4 x ", state_count), 4 * state, offload);
+       cat("4 B x ", state_name, " = 4 x ", state_count), bytes(4, state, "the master weights"),
+       offload);
   term("optimizer",
        in.optimizer == PlanOptimizer::adam ? "fp32 Adam m and v" : "fp32 SGD momentum",
        cat(4 * opt_states, " B x ", state_name, " = ", 4 * opt_states, " x ", state_count),
-       4 * opt_states * state, offload);
+       bytes(4 * opt_states, state, "the optimizer state"), offload);
 
   // Persistent buffers: the reduced gradient where it is not the "grads" term, the accumulator.
   std::int64_t persistent_buffers = 0;
   auto buffer = [&](std::string name, std::string formula, std::int64_t b, bool on_host = false) {
     if (b == 0) return;
+    if (!on_host) persistent_buffers = ck.add(persistent_buffers, b, name);
     term("buffers", std::move(name), std::move(formula), b, on_host);
-    if (!on_host) persistent_buffers += b;
   };
   if (pol.gather_grads && rd != wd)
     buffer("fp32 reduced grads (full, stage 0 all-reduce result)",
-           cat(r, " B x Ψp = ", r, " x ", Ps), r * P);
+           cat(r, " B x Ψp = ", r, " x ", Ps), bytes(r, P, "the reduced grads"));
   if (in.stage == 1)
     buffer(rn + " reduced grad shard" + std::string(offload ? " (offloaded, fp32)" : ""),
-           cat(offload ? 4 : r, " B x Ψs = ", offload ? 4 : r, " x ", Ss), (offload ? 4 : r) * Sh,
-           offload);
+           cat(offload ? 4 : r, " B x Ψs = ", offload ? 4 : r, " x ", Ss),
+           bytes(offload ? 4 : r, Sh, "the reduced grad shard"), offload);
   if (in.gradient_accumulation_steps > 1)
     buffer("fp32 gradient accumulator", cat("4 B x ", pol.gather_grads ? "Ψp = " + Ps : "Ψs = " + Ss),
-           4 * (pol.gather_grads ? P : Sh), offload && !pol.gather_grads);
+           bytes(4, pol.gather_grads ? P : Sh, "the gradient accumulator"),
+           offload && !pol.gather_grads);
 
   // Communication staging, grow-only, the largest reduce-scatter's. NCCL (device): a 16-bit
   // gradient reduced into fp32 is first widened into an fp32 copy of the unit. MPI (host ranks):
@@ -314,8 +609,16 @@ Plan plan_memory(const PlanInput& in) {
   std::int64_t staging = 0;
   if (in.device) {
     if (wd != DType::f32 && rd == DType::f32)
-      for (const auto& U : L.units) staging = std::max(staging, 4 * U.padded_numel);
-  } else {
+      for (const auto& U : L.units)
+        staging = std::max(staging, bytes(4, U.padded_numel, "the NCCL staging"));
+  } else if (S > 1) {
+    // staging_bytes is unchecked size_t arithmetic; its bound (slots x peers x (chunk + 64),
+    // plus an fp32 chunk) must fit first.
+    const std::int64_t chunk = static_cast<std::int64_t>(
+        std::min<std::size_t>(in.comm_chunk_bytes, std::size_t{1} << 62));
+    ck.add(ck.mul(ck.mul(in.comm_pipeline_depth, S - 1, "the MPI staging"),
+                  ck.add(chunk, 128, "the MPI staging"), "the MPI staging"),
+           ck.mul(chunk, 4, "the MPI staging"), "the MPI staging");
     std::size_t most = 0;
     for (const auto& U : L.units)
       most = std::max(most, comm::scratch_rounded(comm::reduce_scatter_staging_bytes(
@@ -327,7 +630,7 @@ Plan plan_memory(const PlanInput& in) {
 
   // Transient buffers: replay what the engine allocates and frees for one optimizer step (and
   // init_params, before training), in the documented call order.
-  Replay init, train;
+  Replay init{ck};
   if (pol.shard_optimizer && !pol.shard_params) {
     for (const auto& U : L.units) {  // init_params: each unit's new shard, then all-gather
       init.alloc(w * U.shard_numel);
@@ -340,111 +643,21 @@ Plan plan_memory(const PlanInput& in) {
         init.free(w * U.shard_numel);
       }
   }
-  {
-    enum class St { sharded, gathered };
-    std::vector<St> st(nu, St::sharded);
-    std::vector<std::int64_t> pending(nu, 0);  // bytes a reduction in flight holds
-    std::vector<bool> fresh(nu, false);
-    int last = -1;
-    auto gathered_live = [&] {
-      std::int64_t live = 0;
-      for (int v = 0; v < nu; ++v)
-        if (!L.units[v].persistent && st[v] != St::sharded) live += L.units[v].padded_numel;
-      return live;
-    };
-    auto issue = [&](int v) {
-      train.alloc(w * L.units[v].padded_numel);
-      st[v] = St::gathered;
-    };
-    auto gather = [&](int u) {
-      if (!pol.shard_params || L.units[u].persistent) return;
-      const int dir = last >= 0 && u <= last ? -1 : +1;
-      last = u;
-      if (st[u] == St::sharded) issue(u);
-      std::int64_t live = gathered_live(), ahead = 0;
-      for (int v = u + dir; v >= 0 && v < nu; v += dir) {
-        const auto& V = L.units[v];
-        if (V.persistent) continue;
-        if (st[v] != St::sharded) {
-          ahead += V.padded_numel;
-          continue;
-        }
-        if (ahead + V.padded_numel > in.prefetch_bucket_size ||
-            live + V.padded_numel > in.max_live_parameters)
-          break;
-        issue(v);
-        ahead += V.padded_numel;
-        live += V.padded_numel;
-      }
-    };
-    auto release = [&](int u) {
-      if (!pol.shard_params || L.units[u].persistent || st[u] == St::sharded) return;
-      train.free(w * L.units[u].padded_numel);
-      st[u] = St::sharded;
-    };
-    auto finish = [&](int u) {
-      train.free(pending[u]);
-      pending[u] = 0;
-    };
-    auto grads = [&](int u) {
-      if (fresh[u]) return;
-      finish(u);
-      if (pol.shard_grads) train.alloc(w * L.units[u].padded_numel);
-      fresh[u] = true;
-    };
-    auto reduce = [&](int u) {
-      grads(u);
-      const auto& U = L.units[u];
-      if (pol.gather_grads) {
-        train.alloc(r * U.shard_numel);  // this rank's block before the all-gather
-        pending[u] = r * U.shard_numel;
-      } else if (pol.shard_grads) {
-        pending[u] = w * U.padded_numel;  // the unit's gradient buffer, until the reduction ends
-      }
-      fresh[u] = false;
-      for (int v = 0; v < nu; ++v)
-        if (v != u || !in.overlap_comm) finish(v);
-    };
-    for (int mb = 0; mb < in.gradient_accumulation_steps; ++mb) {
-      for (int u = 0; u < nu; ++u) {
-        gather(u);
-        release(u);
-      }
-      for (int u = nu - 1; u >= 0; --u) {
-        gather(u);
-        grads(u);
-        release(u);
-        reduce(u);
-      }
-    }
-    // step(): finish every reduction, drop stage-3 prefetches, convert 16-bit reduced gradients
-    // unit by unit through one scratch, and stage each new shard for the all-gather (stages 1-2
-    // and persistent units).
-    for (int u = 0; u < nu; ++u) finish(u);
-    for (int u = 0; u < nu; ++u) release(u);
-    std::int64_t scratch = 0;
-    if (in.gradient_accumulation_steps == 1 && rd != DType::f32) {
-      for (int u = 0; u < nu; ++u)
-        scratch = std::max(scratch, pol.shard_optimizer ? L.units[u].shard_numel : L.units[u].padded_numel);
-      scratch *= 4;
-      train.alloc(scratch);
-    }
-    for (const auto& U : L.units)
-      if (pol.shard_optimizer && (!pol.shard_params || U.persistent)) {
-        train.alloc(w * U.shard_numel);
-        train.free(w * U.shard_numel);
-      }
-    train.free(scratch);
-  }
+  const std::int64_t train_peak = replay_step(L, pol, in, w, r, rd, ck);
 
   // The ledger's peak: training holds the activations, the staging and the step's transients on
   // top of everything persistent; init_params runs before the activations or the staging exist.
   // "buffers" is what is held at that peak besides the model states and the activations.
   const std::int64_t states = dev.model_states();
   const std::int64_t act = in.activation_bytes;
-  const std::int64_t train_total = states + persistent_buffers + act + staging + train.peak;
-  const std::int64_t init_total = states + persistent_buffers + init.peak;
+  const std::int64_t train_total =
+      ck.add(ck.add(ck.add(ck.add(states, persistent_buffers, "the persistent buffers"), act,
+                           "the activations"),
+                    staging, "the comm staging"),
+             train_peak, "the transient buffers");
+  const std::int64_t init_total = ck.add(states + persistent_buffers, init.peak, "init_params");
   plan.peak_total = std::max(train_total, init_total);
+  plan.step_transient_peak = train_peak;
   if (in.device)
     buffer("NCCL staging: fp32 copy of the largest unit's grads",
            "4 B x the largest unit's padded size", staging);
@@ -458,7 +671,7 @@ Plan plan_memory(const PlanInput& in) {
     term("buffers",
          pol.shard_params ? "gathered units + prefetch, grads in flight, scratch"
                           : "gradient buffers in flight, step scratch",
-         cat("peak of the replayed allocations of one step (", with_commas(train.peak),
+         cat("peak of the replayed allocations of one step (", with_commas(train_peak),
              " B) or of init_params (", with_commas(init.peak), " B)"),
          transient);
   if (act > 0)
@@ -474,9 +687,15 @@ std::int64_t largest_model(const PlanInput& input, std::int64_t budget, int unit
   PlanInput in = input;
   auto fits = [&](std::int64_t n) {
     in.units = uniform_units(n, units);
-    return plan_memory(in).peak_total <= budget;
+    try {
+      return plan_memory(in).peak_total <= budget;
+    } catch (const TooLarge&) {
+      return false;  // past 8 EiB per rank: more than any budget
+    }
   };
   std::int64_t lo = units;
+  in.units = uniform_units(lo, units);
+  plan_memory(in);  // bad input is an error, not "nothing fits"
   if (!fits(lo)) return 0;
   std::int64_t hi = lo;
   while (hi < (std::int64_t{1} << 52) && fits(hi)) lo = hi, hi *= 2;
@@ -494,7 +713,11 @@ std::optional<int> fewest_ranks(const PlanInput& input, std::int64_t budget, int
   auto fits = [&](int n) {
     in.ranks = n;
     in.ranks_per_node = std::min(input.ranks_per_node, n);
-    return plan_memory(in).peak_total <= budget;
+    try {
+      return plan_memory(in).peak_total <= budget;
+    } catch (const TooLarge&) {
+      return false;  // past 8 EiB per rank: more than any budget
+    }
   };
   // Memory per rank falls with the rank count (padding aside), so double, then bisect.
   int lo = 0, hi = 1;  // lo: known not to fit (0 = none tried)

@@ -1,8 +1,10 @@
 // Planner: the bytes per rank a training run will hold, by category, before anything runs.
-// A pure function of the model and the settings (no communicator, no device). It builds the
-// same Layout the engine builds (so padding is counted the same way) and follows the engine's
+// A pure function of the model and the settings (no communicator, no device). It lays the units
+// out with the engine's make_layout (so padding is counted the same way) and follows the engine's
 // allocation rules term by term, so its model-state bytes equal the engine's ledger exactly;
-// every term carries the formula that produced it (docs/memory.md).
+// every term carries the formula that produced it (docs/memory.md). Any input answers in about a
+// second: time is linear in the units (at most a million) and independent of the accumulation,
+// and byte counts past 2^63 - 1 are a zero::Error, never a wrapped (negative) size.
 #pragma once
 
 #include <cstdint>
@@ -67,7 +69,7 @@ struct PlanInput {
   DType reduce_dtype = DType::f32;   // communication_data_type (fp32 or the training dtype)
   PlanOptimizer optimizer = PlanOptimizer::adam;
   Offload offload = Offload::none;
-  int gradient_accumulation_steps = 1;
+  std::int64_t gradient_accumulation_steps = 1;
   bool overlap_comm = false;
   std::int64_t align_elements = 64;
   std::int64_t reduce_bucket_size = 500'000'000;          // elements
@@ -117,6 +119,8 @@ struct Plan {
   PlanBytes host;                   // offloaded state (and staging) in host memory
   std::int64_t peak_total = 0;      // the predicted peak of the device space (the engine's
                                     // ledger peak_total is compared with this)
+  std::int64_t step_transient_peak = 0;  // the most the replayed step's transient allocations
+                                         // (gathered units, grads in flight, scratch) hold at once
   std::vector<PlanTerm> terms;      // every term, in report order
 };
 

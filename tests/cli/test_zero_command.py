@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end tests of the `zero` command, run as a user runs it (it relaunches itself under
 mpirun for -n N). Usage: test_zero_command.py path/to/zero. Prints 'N passed, N failed'."""
-import json, os, subprocess, sys, tempfile
+import json, os, re, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 passed, failed = 0, 0
@@ -53,7 +53,16 @@ if len(summaries) == 4:
           len(s0["memory_bytes"]) == 3 and all({"master", "optimizer", "grads", "params", "buffers",
                                                  "peak_total"} <= m.keys() for m in s0["memory_bytes"]))
     check("comm_bytes is split by operation", {"all_reduce", "reduce_scatter", "all_gather"} <= s0["comm_bytes"].keys())
-    check("checksum is 16 hex digits", len(s0["params_checksum"]) == 16 and int(s0["params_checksum"], 16) >= 0)
+    check("checksum is 16 lowercase hex digits, not all zero",
+          re.fullmatch("[0-9a-f]{16}", s0["params_checksum"]) is not None and int(s0["params_checksum"], 16) != 0,
+          s0["params_checksum"])
+    # The checksum is of the weights: another seed trains other weights.
+    other = os.path.join(tmp, "seed2.json")
+    r = run("train", "-n", "3", "--stage", "0", "--steps", "20", "--layers", "3", "--width", "40",
+            "--global-batch", "24", "--accum", "2", "--json", other, "--log-every", "5", "--seed", "2")
+    check("another seed gives another checksum",
+          r.returncode == 0 and json.load(open(other))["params_checksum"] != s0["params_checksum"],
+          r.stderr[-500:])
     check("stages 0-3 give the same checksum through the command",
           len({s["params_checksum"] for s in summaries.values()}) == 1,
           [s["params_checksum"] for s in summaries.values()])
@@ -73,14 +82,14 @@ if len(summaries) == 4:
 # bad input: a sentence and a non-zero exit, never a crash
 r = run("train", "--stage", "4", "--steps", "1")
 check("a bad stage names the key and the allowed values",
-      r.returncode != 0 and "zero_optimization.stage: expected 0..3, got 4" in r.stderr, r.stderr)
+      r.returncode != 0 and "--stage (zero_optimization.stage): expected 0..3, got 4" in r.stderr, r.stderr)
 r = run("train", "--precision", "fp8")
 check("a bad precision is named", r.returncode != 0 and "--precision" in r.stderr, r.stderr)
 r = run("train", "--no-such-flag")
 check("an unknown flag is named", r.returncode == 2 and "no-such-flag" in r.stderr, r.stderr)
 r = run("train", "-n", "3", "--global-batch", "10", "--steps", "1")
 check("a global batch that does not divide is explained",
-      r.returncode != 0 and "must divide evenly" in r.stderr, r.stderr[-500:])
+      r.returncode != 0 and "not divisible" in r.stderr and "--global-batch" in r.stderr, r.stderr[-500:])
 cfg = os.path.join(tmp, "bad.json")
 open(cfg, "w").write('{"zero_optimisation": {"stage": 2}}')
 r = run("train", "--config", cfg, "--steps", "1")

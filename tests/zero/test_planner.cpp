@@ -1,10 +1,16 @@
 // The planner on its own: the ZeRO paper's analysis, pure fp32 training, offload, SGD, GPT shapes,
-// the inverse questions and bad input. (tests/zero/test_planner_engine.cpp checks it against the
+// the inverse questions, bad input and absurd input, and the linear replay against the quadratic
+// one it replaced. (tests/zero/test_planner_engine.cpp checks it against the
 // engine's ledger.)
 #include <catch2/catch.hpp>
 
+#include <array>
+#include <limits>
+#include <random>
+
 #include "zero/error.hpp"
 #include "zero/planner.hpp"
+#include "zero/stage_policy.hpp"
 
 using namespace zero;
 using Catch::Matchers::Contains;
@@ -214,4 +220,177 @@ TEST_CASE("Bad plan input names the field") {
   in.precision = Precision::bf16;
   in.reduce_dtype = DType::f16;
   CHECK_THROWS_WITH(plan_memory(in), Contains("reduce dtype"));
+}
+
+namespace {
+
+// The planner's replay before it was made linear, kept as the reference: every micro-batch, a
+// rescan of the prefetch window and of every unit's reduction at each call (quadratic in units).
+std::int64_t reference_step_peak(const PlanInput& in) {
+  LayoutOptions lo;
+  lo.shard_ranks = in.shard_size > 0 ? in.shard_size : in.ranks;
+  lo.align_elements = in.align_elements;
+  lo.persistence_threshold = in.stage == 3 ? in.param_persistence_threshold : 0;
+  lo.bucket_elements = in.reduce_bucket_size;
+  const Layout L = make_layout(in.units, lo);
+  const StagePolicy pol = kStagePolicy[in.stage];
+  const DType wd = in.precision == Precision::bf16 ? DType::bf16
+                   : in.precision == Precision::fp16 ? DType::f16 : DType::f32;
+  const DType rd = in.precision == Precision::fp32 ? DType::f32 : in.reduce_dtype;
+  const std::int64_t w = static_cast<std::int64_t>(size_of(wd)), r = static_cast<std::int64_t>(size_of(rd));
+  const int nu = static_cast<int>(L.units.size());
+  std::int64_t current = 0, peak = 0;
+  auto alloc = [&](std::int64_t b) { current += b, peak = std::max(peak, current); };
+  auto dealloc = [&](std::int64_t b) { current -= b; };
+  enum class St { sharded, gathered };
+  std::vector<St> st(nu, St::sharded);
+  std::vector<std::int64_t> pending(nu, 0);
+  std::vector<bool> fresh(nu, false);
+  int last = -1;
+  auto issue = [&](int v) { alloc(w * L.units[v].padded_numel), st[v] = St::gathered; };
+  auto gather = [&](int u) {
+    if (!pol.shard_params || L.units[u].persistent) return;
+    const int dir = last >= 0 && u <= last ? -1 : +1;
+    last = u;
+    if (st[u] == St::sharded) issue(u);
+    std::int64_t live = 0, ahead = 0;
+    for (int v = 0; v < nu; ++v)
+      if (!L.units[v].persistent && st[v] != St::sharded) live += L.units[v].padded_numel;
+    for (int v = u + dir; v >= 0 && v < nu; v += dir) {
+      const auto& V = L.units[v];
+      if (V.persistent) continue;
+      if (st[v] != St::sharded) {
+        ahead += V.padded_numel;
+        continue;
+      }
+      if (ahead + V.padded_numel > in.prefetch_bucket_size ||
+          live + V.padded_numel > in.max_live_parameters)
+        break;
+      issue(v);
+      ahead += V.padded_numel;
+      live += V.padded_numel;
+    }
+  };
+  auto release = [&](int u) {
+    if (!pol.shard_params || L.units[u].persistent || st[u] == St::sharded) return;
+    dealloc(w * L.units[u].padded_numel), st[u] = St::sharded;
+  };
+  auto finish = [&](int u) { dealloc(pending[u]), pending[u] = 0; };
+  auto grads = [&](int u) {
+    if (fresh[u]) return;
+    finish(u);
+    if (pol.shard_grads) alloc(w * L.units[u].padded_numel);
+    fresh[u] = true;
+  };
+  auto reduce = [&](int u) {
+    grads(u);
+    const auto& U = L.units[u];
+    if (pol.gather_grads) alloc(r * U.shard_numel), pending[u] = r * U.shard_numel;
+    else if (pol.shard_grads) pending[u] = w * U.padded_numel;
+    fresh[u] = false;
+    for (int v = 0; v < nu; ++v)
+      if (v != u || !in.overlap_comm) finish(v);
+  };
+  for (std::int64_t mb = 0; mb < in.gradient_accumulation_steps; ++mb) {
+    for (int u = 0; u < nu; ++u) gather(u), release(u);
+    for (int u = nu - 1; u >= 0; --u) gather(u), grads(u), release(u), reduce(u);
+  }
+  for (int u = 0; u < nu; ++u) finish(u);
+  for (int u = 0; u < nu; ++u) release(u);
+  std::int64_t scratch = 0;
+  if (in.gradient_accumulation_steps == 1 && rd != DType::f32) {
+    for (int u = 0; u < nu; ++u)
+      scratch = std::max(scratch, pol.shard_optimizer ? L.units[u].shard_numel : L.units[u].padded_numel);
+    alloc(4 * scratch);
+  }
+  for (const auto& U : L.units)
+    if (pol.shard_optimizer && (!pol.shard_params || U.persistent))
+      alloc(w * U.shard_numel), dealloc(w * U.shard_numel);
+  return peak;
+}
+
+}  // namespace
+
+TEST_CASE("The linear replay holds the same peak as a replay of every call and micro-batch") {
+  std::mt19937_64 rng(20261202);
+  auto pick = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
+  int stage3_with_prefetch = 0;
+  for (int c = 0; c < 3000; ++c) {
+    PlanInput in;
+    const int nu = static_cast<int>(pick(1, 14));
+    for (int u = 0; u < nu; ++u) {
+      UnitSpec spec{cat("u", u), {}};
+      for (int p = 0, np = static_cast<int>(pick(1, 3)); p < np; ++p)
+        spec.params.push_back({cat("u", u, ".p", p), {pick(1, pick(0, 1) ? 300 : 6000)}});
+      in.units.push_back(std::move(spec));
+    }
+    in.ranks = static_cast<int>(pick(1, 5));
+    in.stage = static_cast<int>(pick(0, 3));
+    in.precision = std::array{Precision::bf16, Precision::fp16, Precision::fp32}[pick(0, 2)];
+    in.reduce_dtype = pick(0, 1) ? DType::f32
+                      : in.precision == Precision::fp16 ? DType::f16 : DType::bf16;
+    if (in.precision == Precision::fp32) in.reduce_dtype = DType::f32;
+    in.gradient_accumulation_steps = pick(1, 4);
+    in.overlap_comm = pick(0, 1);
+    in.param_persistence_threshold = pick(0, 2) == 0 ? pick(0, 4000) : 0;
+    in.prefetch_bucket_size = std::array<std::int64_t, 4>{0, pick(1, 20000), pick(1, 3000), 1'000'000'000}[pick(0, 3)];
+    in.max_live_parameters = pick(0, 2) == 0 ? pick(0, 30000) : 1'000'000'000;
+    in.device = pick(0, 1);
+    const Plan p = plan_memory(in);
+    INFO("case " << c << ": " << nu << " units, ranks " << in.ranks << ", stage " << in.stage
+                 << ", accumulation " << in.gradient_accumulation_steps << ", overlap "
+                 << in.overlap_comm << ", persistence " << in.param_persistence_threshold
+                 << ", prefetch " << in.prefetch_bucket_size << ", max live "
+                 << in.max_live_parameters);
+    REQUIRE(p.step_transient_peak == reference_step_peak(in));
+    stage3_with_prefetch += in.stage == 3 && in.prefetch_bucket_size > 0;
+  }
+  CHECK(stage3_with_prefetch > 300);
+}
+
+TEST_CASE("Any accumulation and a large unit count answer at once") {
+  PlanInput in = bare(1'000'000'000, 8, 3);
+  in.gradient_accumulation_steps = 2'147'483'647;  // the replay once looped accumulation x units
+  CHECK(plan_memory(in).peak_total > 0);
+  in.gradient_accumulation_steps = 4'294'967'297;  // 64 bits, not truncated to an int
+  CHECK(plan_memory(in).device.buffers > plan_memory(bare(1'000'000'000, 8, 3)).device.buffers);
+  Config config;
+  config.gradient_accumulation_steps = 4'294'967'297;
+  CHECK(plan_input_from_config(config, 8).gradient_accumulation_steps == 4'294'967'297);
+  // Quadratic in the units once: 200k units took minutes.
+  in.units = uniform_units(200'000, 200'000);
+  in.overlap_comm = true;
+  in.prefetch_bucket_size = 1'000'000;
+  for (int stage = 0; stage <= 3; stage += 3) {
+    in.stage = stage;
+    CHECK(plan_memory(in).numel == 200'000);
+  }
+}
+
+TEST_CASE("Byte counts that would pass 2^63 are refused in a sentence, never wrapped") {
+  CHECK_THROWS_WITH(plan_memory(bare(1'000'000'000'000'000'000, 1, 0)),
+                    Contains("too large to plan") && Contains("1,000,000,000,000,000,000 params"));
+  // A count that fits a byte count at stage 3 over many ranks still plans.
+  CHECK(plan_memory(bare(1'000'000'000'000'000'000, 1024, 3)).peak_total > 0);
+  GptShape huge;
+  huge.layers = 2147483647;
+  huge.hidden = 2147483647;
+  huge.heads = 1;
+  CHECK_THROWS_WITH(gpt_units(huge), Contains("more than 2^63 - 1 parameters"));
+  huge.hidden = 1;
+  CHECK_THROWS_WITH(gpt_units(huge), Contains("layers is more than the planner handles"));
+  GptShape wide = *gpt_preset("gpt2-small");
+  wide.seq_len = 2147483647;
+  wide.micro_batch = 2147483647;
+  CHECK_THROWS_WITH(gpt_activation_bytes(wide, DType::bf16), Contains("too large to plan"));
+  CHECK_THROWS_WITH(uniform_units(10'000'000, 5'000'000), Contains("more than the planner handles"));
+  const std::vector<UnitSpec> big = {{"a", {{"a.w", {std::int64_t{1} << 62}}}},
+                                     {"b", {{"b.w", {std::int64_t{1} << 62}}}}};
+  CHECK_THROWS_WITH(count_params(big), Contains("2^63"));
+  PlanInput in = bare(1000, 1, 0);
+  in.activation_bytes = std::numeric_limits<std::int64_t>::max() - 10;
+  CHECK_THROWS_WITH(plan_memory(in), Contains("too large to plan"));
+  CHECK(largest_model(bare(1000, 1, 0), std::numeric_limits<std::int64_t>::max()) > 0);
 }
