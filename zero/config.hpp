@@ -1,9 +1,13 @@
 // The engine configuration as plain values, read from DeepSpeed-compatible JSON.
 //
-// A DeepSpeed user's ds_config.json works as it is: every key DeepSpeed documents is either acted
-// on (the fields below) or accepted with a warning in Config::warnings saying it has no effect.
-// A key neither of us knows, a bad value or a wrong JSON type is a zero::Error naming the key's
-// path ("zero_optimization.stage: expected 0..3, got 4"). docs/config.md lists every key.
+// A DeepSpeed user's ds_config.json works as it is: every key DeepSpeed documents is acted on (the
+// fields below), accepted with a warning in Config::warnings saying what zero does instead (unless
+// set to the value at which DeepSpeed does the same), or refused as a feature zero lacks (offload,
+// LAMB, ...; all of them in one error). A misspelt key, a bad value or a wrong JSON type is a
+// zero::Error naming the key's path ("zero_optimization.stage: expected 0..3, got 4"); other
+// unknown keys are ignored with a warning where DeepSpeed ignores them. Hugging Face "auto"
+// placeholders leave the default in the field and are listed in Config::auto_keys for the caller
+// to fill. docs/config.md lists every key.
 // Defaults are DeepSpeed's; where zero differs, the field's comment says so and docs/config.md
 // says why.
 #pragma once
@@ -11,6 +15,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -89,28 +94,30 @@ struct ZeroConfig {
 
 // The whole configuration. Batch sizes count samples; steps count optimizer steps.
 struct Config {
-  std::int64_t train_micro_batch_size_per_gpu = 1;  // samples per rank per forward/backward
-  std::int64_t gradient_accumulation_steps = 1;     // micro-batches per optimizer step
-  std::optional<std::int64_t> train_batch_size;     // if set: micro * accumulation * world
-  double gradient_clipping = 0.0;                   // max global grad norm; 0 = no clipping
-  OptimizerConfig optimizer;                        // optimizer {type, params}
-  SchedulerConfig scheduler;                        // scheduler {type, params}
-  Precision precision = Precision::fp32;            // from bf16.enabled / fp16.enabled
-  Fp16Config fp16;                                  // loss scaling, read when fp16
-  DType communication_data_type = DType::f32;       // gradient reduce dtype; fp32, not DeepSpeed's
-                                                    // param dtype: bf16 sums diverge
-  std::int64_t seed = 42;                           // zero's own key (not DeepSpeed's)
-  ZeroConfig zero;                                  // zero_optimization {...}
-  std::int64_t steps_per_print = 10;                // log every this many optimizer steps
-  double comm_timeout_seconds = 600;                // zero's own key "comm_timeout": a collective
-                                                    // without progress this long fails
-  std::int64_t max_consecutive_skipped_steps = 100; // zero's own key: step() throws after this
-                                                    // many skipped steps in a row
-  // Which batch keys the text gave (DeepSpeed's batch rule derives the others; see resolve_batch).
+  std::int64_t train_micro_batch_size_per_gpu = 1;   // samples per rank per forward/backward
+  std::int64_t gradient_accumulation_steps = 1;      // micro-batches per optimizer step
+  std::optional<std::int64_t> train_batch_size;      // if set: micro * accumulation * world
+  double gradient_clipping = 0.0;                    // max global grad norm; 0 = no clipping
+  OptimizerConfig optimizer;                         // optimizer {type, params}
+  SchedulerConfig scheduler;                         // scheduler {type, params}
+  Precision precision = Precision::fp32;             // from bf16.enabled / fp16.enabled
+  Fp16Config fp16;                                   // loss scaling, read when fp16
+  DType communication_data_type = DType::f32;        // gradient reduce dtype; fp32, not DeepSpeed's
+                                                     // param dtype: bf16 sums diverge
+  std::int64_t seed = 42;                            // zero's own key (not DeepSpeed's)
+  ZeroConfig zero;                                   // zero_optimization {...}
+  std::int64_t steps_per_print = 10;                 // log every this many optimizer steps
+  double comm_timeout_seconds = 600;                 // zero's own key "comm_timeout": a collective
+                                                     // without progress this long fails
+  std::int64_t max_consecutive_skipped_steps = 100;  // zero's own key: step() throws after this
+                                                     // many skipped steps in a row; 0 = never
+  // Which batch keys the text gave (DeepSpeed's batch rule derives the others; see resolve_batch;
+  // train_batch_size's is train_batch_size.has_value()). Not part of the value.
   bool micro_batch_given = false;
   bool accumulation_given = false;
-  // Keys whose value was "auto" (Hugging Face Trainer placeholders), as dotted paths in text
-  // order; they hold zero's defaults until the caller fills them. Not part of the value.
+  // Keys whose value was "auto" (Hugging Face Trainer placeholders), as dotted paths in the order
+  // parse_config reads them; they hold zero's defaults until the caller fills them (when a batch
+  // key is "auto" it counts as not given). Not part of the value.
   std::vector<std::string> auto_keys;
   // One sentence per key that was accepted but has no effect (a DeepSpeed-only key, a stage-3
   // size below stage 3, ...). Not part of the configuration's value: operator== ignores it.
@@ -129,11 +136,23 @@ struct Config {
   friend bool operator==(const Config& a, const Config& b);
 };
 
+// Largest configuration file load_config reads, and the largest comm_timeout (seconds; beyond
+// it a timeout would not fit the clocks' integer ticks safely, and means "never" anyway).
+inline constexpr std::int64_t kMaxConfigBytes = 16 << 20;
+inline constexpr double kMaxCommTimeoutSeconds = 1e7;
+
+// The dotted keys that may be "auto" (what Hugging Face's Trainer, Accelerate or DeepSpeed's
+// autotuner fill in): parse_config records them in Config::auto_keys; "auto" elsewhere is an
+// error listing every such key.
+std::span<const std::string_view> auto_fillable_keys();
+
 // Parses DeepSpeed-style JSON text (comments and trailing commas allowed). source_name (a file
 // name, or e.g. "<string>") prefixes syntax errors with line and column. Throws zero::Error.
 Config parse_config(std::string_view json_text, std::string_view source_name);
 
-// Reads and parses a file; a missing or unreadable file is a zero::Error naming the path.
+// Reads and parses a file; an empty path, a missing or unreadable file, anything but a regular
+// file (a directory, a FIFO, /dev/zero) and a file over kMaxConfigBytes are a zero::Error naming
+// the path, raised before anything is read.
 Config load_config(const std::filesystem::path& path);
 
 // Writes the configuration as DeepSpeed-style JSON (indented); parse_config of the result gives

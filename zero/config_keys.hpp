@@ -1,7 +1,8 @@
 // DeepSpeed's configuration keys that zero accepts without acting on them, per JSON object,
-// each with what zero does instead when that is worth saying. Reading one adds a warning to
-// Config::warnings; its value is not checked. When DeepSpeed adds a key, add it here and to
-// docs/config.md. (zero's own keys are listed where config.cpp reads them.)
+// each with what zero does instead when that is worth saying, and the value at which DeepSpeed
+// behaves as zero does (no warning then; see Inert). Reading one set to another value adds a
+// warning to Config::warnings; its value is not checked. When DeepSpeed adds a key, add it here
+// and to docs/config.md. (zero's own keys are listed where config_read.cpp reads them.)
 #pragma once
 
 #include "zero/json_reader.hpp"
@@ -9,15 +10,15 @@
 namespace zero::detail {
 
 inline constexpr Inert kTopLevelInert[] = {
-    {"wall_clock_breakdown"},
-    {"memory_breakdown"},
-    {"prescale_gradients"},
-    {"gradient_predivide_factor"},
-    {"sparse_gradients"},
+    {"wall_clock_breakdown", {}, "false"},
+    {"memory_breakdown", {}, "false"},
+    {"prescale_gradients", "gradients are averaged after the reduction", "false"},
+    {"gradient_predivide_factor", "gradients are averaged after the reduction", "1"},
+    {"sparse_gradients", "gradients are dense", "false"},
     {"amp", "use bf16 or fp16 for mixed precision"},
-    {"aio"},
-    {"zero_allow_untested_optimizer", "zero implements its optimizers itself"},
-    {"zero_force_ds_cpu_optimizer"},
+    {"aio", {}, "*"},
+    {"zero_allow_untested_optimizer", {}, "*"},
+    {"zero_force_ds_cpu_optimizer", {}, "*"},
     {"activation_checkpointing"},
     {"sparse_attention"},
     {"data_efficiency"},
@@ -34,8 +35,8 @@ inline constexpr Inert kTopLevelInert[] = {
     {"checkpoint"},
     {"data_types", "gradients are always accumulated in fp32"},
     {"dump_state"},
-    {"dataloader_drop_last"},
-    {"disable_allgather"},
+    {"dataloader_drop_last", "the trainer feeds the batches", "false"},
+    {"disable_allgather", {}, "false"},
     {"seq_parallel_communication_data_type"},
     {"pipeline"},
     {"progressive_layer_drop"},
@@ -50,74 +51,88 @@ inline constexpr Inert kTopLevelInert[] = {
     {"use_data_before_expert_parallelism"},
     {"compile"},
     {"tensor_parallel"},
-    {"torch_autocast"}};
+    {"torch_autocast"},
+    {"expert_parallel"},
+    {"sequence_parallel_size", {}, "1"},
+    {"zenflow"}};
 
-inline constexpr Inert kOptimizerInert[] = {{"legacy_fusion"}};
+inline constexpr Inert kOptimizerInert[] = {{"legacy_fusion", {}, "false"}};
 
 // FusedAdam's and torch.optim's switches that do not change the update zero computes.
 inline constexpr Inert kOptimizerParamsInert[] = {
-    {"torch_adam", "zero always runs its own AdamW kernel"},
-    {"set_grad_none"},
-    {"fused"},
-    {"foreach"},
-    {"capturable"},
-    {"differentiable"}};
+    {"torch_adam", "zero always runs its own AdamW kernel", "false"},
+    {"set_grad_none", {}, "*"},
+    {"fused", {}, "*"},
+    {"foreach", {}, "*"},
+    {"capturable", {}, "*"},
+    {"differentiable", {}, "false"}};
 
 inline constexpr Inert kSchedulerParamsInert[] = {
-    {"last_batch_iteration", "the step comes from the engine (and its checkpoint)"}};
+    {"last_batch_iteration", "the step comes from the engine (and its checkpoint)", "-1"}};
 
 inline constexpr Inert kBf16Inert[] = {
-    {"immediate_grad_update"},
-    {"check_grad_overflow"},
-    {"bf16_master_weights_and_grads", "master weights are always fp32"},
-    {"bf16_optimizer_states", "optimizer state is always fp32"}};
+    {"immediate_grad_update", {}, "false"},
+    {"check_grad_overflow", {}, "false"},
+    {"bf16_master_weights_and_grads", "master weights are always fp32", "false"},
+    {"bf16_optimizer_states", "optimizer state is always fp32", "false"}};
 
 inline constexpr Inert kFp16Inert[] = {
-    {"auto_cast", "the trainer's forward chooses its input types"},
-    {"fused_mode"},
-    {"fp16_master_weights_and_grads", "master weights are always fp32"}};
+    {"auto_cast", "the trainer's forward chooses its input types", "false"},
+    {"fused_mode", {}, "*"},
+    {"fp16_master_weights_and_grads", "master weights are always fp32", "false"}};
 
 inline constexpr Inert kZeroInert[] = {
-    {"contiguous_gradients", "gradients always live in contiguous buffers planned by the layout"},
-    {"reduce_scatter", "gradients are always reduce-scattered"},
-    {"allgather_partitions", "updated parameters are always all-gathered"},
-    {"round_robin_gradients"},
-    {"sub_group_size"},
-    {"stage3_gather_16bit_weights_on_model_save"},
-    {"stage3_gather_fp16_weights_on_model_save"},
-    {"use_multi_rank_bucket_allreduce"},
-    {"load_from_fp32_weights"},
-    {"elastic_checkpoint"},
+    {"contiguous_gradients", "gradients always live in contiguous buffers planned by the layout",
+     "true"},
+    {"reduce_scatter", "gradients are always reduce-scattered", "true"},
+    {"allgather_partitions", "updated parameters are always all-gathered", "true"},
+    {"round_robin_gradients", {}, "false"},
+    {"sub_group_size", "the optimizer steps each unit's shard at once", "1e9"},
+    {"stage3_gather_16bit_weights_on_model_save", "zero does not save models", "false"},
+    {"stage3_gather_fp16_weights_on_model_save", "zero does not save models", "false"},
+    {"use_multi_rank_bucket_allreduce", {}, "*"},
+    {"load_from_fp32_weights", {}, "true"},
+    {"elastic_checkpoint", {}, "false"},
     {"stage3_model_persistence_threshold"},
     {"stage3_module_granularity_threshold"},
     {"stage3_use_all_reduce_for_fetch_params"},
     {"stage3_allgather_sequential"},
     {"stage3_partition_stream_chunk_size"},
-    {"ignore_unused_parameters"},
-    {"legacy_stage1"},
-    {"zero_quantized_weights"},
-    {"zero_quantized_nontrainable_weights"},
-    {"zero_quantized_gradients"},
+    {"ignore_unused_parameters", {}, "*"},
+    {"legacy_stage1", {}, "false"},
+    {"zero_quantized_weights", "parameters are gathered unquantized", "false"},
+    {"zero_quantized_nontrainable_weights", {}, "false"},
+    {"zero_quantized_gradients", "gradients are reduced unquantized", "false"},
     {"zeropp_loco_param"},
-    {"mics_shard_size"},
-    {"mics_hierarchical_params_gather"},
-    {"memory_efficient_linear"},
-    {"pipeline_loading_checkpoint"},
-    {"override_module_apply"},
-    {"log_trace_cache_warnings"},
-    {"enable_sanity_checks"},
-    {"cpu_offload_use_pin_memory"},
+    {"mics_shard_size", {}, "-1"},
+    {"mics_hierarchical_params_gather", {}, "false"},
+    {"memory_efficient_linear", {}, "*"},
+    {"pipeline_loading_checkpoint", {}, "false"},
+    {"override_module_apply", {}, "*"},
+    {"log_trace_cache_warnings", {}, "false"},
+    {"enable_sanity_checks", {}, "false"},
+    {"cpu_offload_use_pin_memory", {}, "*"},
     {"leaf_module"},
     {"zenflow"},
     {"save_muon_momentum_buffer_in_memory"}};
 
-// The offload blocks' tuning keys; only "device" is read (and only "none" accepted).
-inline constexpr Inert kOffloadOptimizerInert[] = {
-    {"pin_memory"},          {"nvme_path"},         {"buffer_count"}, {"pipeline_read"},
-    {"pipeline_write"},      {"fast_init"},         {"ratio"},        {"super_offload"},
-    {"convert_grad_on_cpu"}, {"cpuadam_cores_perc"}};
+// The offload blocks' tuning keys; only "device" is read (and only "none" accepted), and
+// DeepSpeed reads these only when offloading: no warning.
+inline constexpr Inert kOffloadOptimizerInert[] = {{"pin_memory", {}, "*"},
+                                                   {"nvme_path", {}, "*"},
+                                                   {"buffer_count", {}, "*"},
+                                                   {"pipeline_read", {}, "*"},
+                                                   {"pipeline_write", {}, "*"},
+                                                   {"fast_init", {}, "*"},
+                                                   {"ratio", {}, "*"},
+                                                   {"super_offload", {}, "*"},
+                                                   {"convert_grad_on_cpu", {}, "*"},
+                                                   {"cpuadam_cores_perc", {}, "*"}};
 
-inline constexpr Inert kOffloadParamInert[] = {
-    {"pin_memory"}, {"nvme_path"}, {"buffer_count"}, {"buffer_size"}, {"max_in_cpu"}};
+inline constexpr Inert kOffloadParamInert[] = {{"pin_memory", {}, "*"},
+                                               {"nvme_path", {}, "*"},
+                                               {"buffer_count", {}, "*"},
+                                               {"buffer_size", {}, "*"},
+                                               {"max_in_cpu", {}, "*"}};
 
 }  // namespace zero::detail

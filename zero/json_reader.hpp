@@ -1,8 +1,10 @@
 // Reading JSON objects with the error messages a user can act on: each value is read through an
-// ObjectReader that knows its path ("zero_optimization.stage"), refuses unknown keys naming the
-// nearest known one, warns about keys accepted without effect, and says what was expected and
-// what was found ("expected 0..3, got 4"). Header-only, used by config.cpp; meant as well for
-// any other JSON zero reads (checkpoint manifests).
+// ObjectReader that knows its path ("zero_optimization.stage"), refuses a misspelt key naming the
+// nearest known one, ignores (with one warning) or refuses other unknown keys as DeepSpeed does
+// in that object, warns about keys accepted without effect unless they are set to their off
+// value, sets Hugging Face "auto" placeholders aside, and says what was expected and what was
+// found ("expected 0..3, got 4"). Header-only, used by config_read.cpp; meant as well for any
+// other JSON zero reads (checkpoint manifests).
 #pragma once
 
 #include <algorithm>
@@ -34,10 +36,34 @@ inline Error::Where at_key(std::string key) {
 
 inline constexpr std::int64_t kMaxInt = std::numeric_limits<std::int64_t>::max();
 
-// A DeepSpeed key zero accepts without acting on it; `why` says what zero does instead.
+// A DeepSpeed key zero accepts without acting on it; `why` says what zero does instead. `off` is
+// the value at which DeepSpeed behaves as zero does, so that setting it needs no warning: a JSON
+// literal ("false", "1e9"), "*" for any value (the key cannot change what zero would do), or
+// empty (always warn). An object whose "enabled" is false is off as well.
 struct Inert {
   std::string_view key;
   std::string_view why = {};
+  std::string_view off = {};
+};
+
+// What reading one configuration collects besides the values: warnings, the "auto" placeholders
+// (fillable or not), and the features the text asks for that zero lacks. parse_config raises the
+// last two as one error each once everything is read, so that a user sees every key at once.
+struct ParseLog {
+  std::vector<std::string>& warnings;
+  std::vector<std::string>& auto_keys;            // fillable "auto" paths, in text order
+  std::span<const std::string_view> fillable;     // the paths that may be "auto"
+  std::vector<std::string> unfillable_auto = {};  // "auto" where nothing can fill it
+  std::vector<std::string> lacking = {};          // "the Lamb optimizer (optimizer.type)"
+  void lacks(const std::string& path, std::string_view what) {
+    lacking.push_back(cat(what, " (", path, ")"));
+  }
+};
+
+// What an object does with an unknown key that is not a likely misspelling of a known one.
+enum class Unknown {
+  refuse,  // an error listing the known keys (DeepSpeed's pydantic blocks, constructor kwargs)
+  ignore   // one warning naming them all (DeepSpeed reads these objects with dict.get)
 };
 
 // Shortest text that reads back as the same double; JSON has no inf or nan, callers check.
@@ -77,14 +103,15 @@ inline std::string describe(const json::value& v) {
   throw Error(what, at_key(path));
 }
 
-// "expected <what>, got <value>", or, for DeepSpeed's Hugging Face "auto" placeholder, a
-// sentence saying to write the value out: zero reads the file as it is, nothing fills it in.
+inline bool is_auto(const json::value& v) {
+  return v.is_string() && v.get_string() == "auto";
+}
+
+// "expected <what>, got <value>", or, for a Hugging Face "auto" placeholder where none can be
+// filled (inside an array, say), a sentence asking for the value.
 [[noreturn]] inline void fail_expected(const std::string& path, std::string_view what,
                                        const json::value& got) {
-  if (got.is_string() && got.get_string() == "auto")
-    fail(path, cat("\"auto\" is a placeholder that only the Hugging Face Trainer integration "
-                   "fills in; replace it with ",
-                   what));
+  if (is_auto(got)) fail(path, cat("\"auto\" cannot be filled in here; replace it with ", what));
   fail(path, cat("expected ", what, ", got ", describe(got)));
 }
 
@@ -113,12 +140,21 @@ inline std::int64_t to_integer(const json::value& v, const std::string& path,
       return static_cast<std::int64_t>(d);
     if (std::isfinite(d) && std::trunc(d) != d) fail_expected(path, "an integer", v);
   }
-  const bool is_auto = v.is_string() && v.get_string() == "auto";
-  fail_expected(path, v.is_number() || is_auto ? what : "an integer", v);
+  fail_expected(path, v.is_number() || is_auto(v) ? what : "an integer", v);
 }
 
 // The allowed range of a number, and the phrase that names it in errors.
-enum class Num { nonneg, positive, unit_open, unit_closed };
+// The *_float ones are for values the kernels use as float: a positive one must be a normal float
+// (1e-46 would become 0, 1e39 infinity).
+enum class Num {
+  nonneg,
+  positive,
+  unit_open,
+  unit_closed,
+  nonneg_float,
+  positive_float,
+  zero_or_positive_float
+};
 
 inline std::string_view phrase(Num r) {
   switch (r) {
@@ -130,6 +166,12 @@ inline std::string_view phrase(Num r) {
       return "a number in [0, 1)";
     case Num::unit_closed:
       return "a number in [0, 1]";
+    case Num::nonneg_float:
+      return "a number in [0, 3.4e38]";
+    case Num::positive_float:
+      return "a number in [1.2e-38, 3.4e38] (a normal float)";
+    case Num::zero_or_positive_float:
+      return "0 or a number in [1.2e-38, 3.4e38] (a normal float)";
   }
   return "";
 }
@@ -144,6 +186,12 @@ inline bool in_range(double d, Num r) {
       return d >= 0 && d < 1;
     case Num::unit_closed:
       return d >= 0 && d <= 1;
+    case Num::nonneg_float:
+      return d >= 0 && d <= std::numeric_limits<float>::max();
+    case Num::positive_float:
+      return d >= std::numeric_limits<float>::min() && d <= std::numeric_limits<float>::max();
+    case Num::zero_or_positive_float:
+      return d == 0 || in_range(d, Num::positive_float);
   }
   return false;
 }
@@ -192,41 +240,84 @@ inline std::string_view nearest(std::string_view key, const std::vector<std::str
   return best;
 }
 
+// Whether `v` is the value at which inert key `i` changes nothing (see Inert::off).
+inline bool is_off(const Inert& i, const json::value& v) {
+  if (i.off == "*") return true;
+  if (v.is_object()) {
+    const auto* e = v.get_object().if_contains("enabled");
+    return e && e->is_bool() && !e->get_bool();
+  }
+  if (i.off.empty()) return false;
+  if (v.is_bool()) return i.off == (v.get_bool() ? "true" : "false");
+  if (v.is_number()) {
+    double want = 0;
+    auto r = std::from_chars(i.off.data(), i.off.data() + i.off.size(), want);
+    return r.ec == std::errc() && v.to_number<double>() == want;
+  }
+  return false;
+}
+
 // One JSON object of the configuration, at `path` ("" for the top level).
 class ObjectReader {
  public:
   ObjectReader(const json::value& v, std::string path, std::span<const std::string_view> ours,
-               std::span<const Inert> inert, std::vector<std::string>& warnings,
+               std::span<const Inert> inert, ParseLog& log, Unknown policy = Unknown::refuse,
                std::string_view context = {})
-      : path_(std::move(path)), warnings_(warnings) {
+      : path_(std::move(path)), log_(log) {
     if (!v.is_object()) fail_expected(path_, "an object", v);
     obj_ = &v.get_object();
     std::vector<std::string_view> known(ours.begin(), ours.end());
     for (const auto& i : inert) known.push_back(i.key);
+    std::vector<std::string_view> ignored;
     for (const auto& [key, value] : *obj_) {
       auto it = std::find_if(inert.begin(), inert.end(), [&](auto& i) { return i.key == key; });
       if (it != inert.end()) {
-        warnings_.push_back(cat(path_of(key), " is accepted for compatibility and has no effect",
-                                it->why.empty() ? "" : ": ", it->why));
+        if (!is_off(*it, value))
+          log_.warnings.push_back(cat(path_of(key),
+                                      " is accepted for compatibility and has no effect",
+                                      it->why.empty() ? "" : ": ", it->why));
       } else if (std::find(known.begin(), known.end(), key) == known.end()) {
-        unknown(key, known, context);
+        if (policy == Unknown::refuse || !nearest(key, known).empty()) unknown(key, known, context);
+        ignored.push_back(key);
+      } else if (is_auto(value)) {
+        // Set aside: the field keeps its default until the caller fills it (or it is an error).
+        const std::string p = path_of(key);
+        const bool ok =
+            std::find(log_.fillable.begin(), log_.fillable.end(), p) != log_.fillable.end();
+        (ok ? log_.auto_keys : log_.unfillable_auto).push_back(p);
+        autos_.push_back(key);
       }
+    }
+    if (!ignored.empty()) {
+      std::string list;
+      for (auto k : ignored) list += cat(list.empty() ? "'" : ", '", k, "'");
+      log_.warnings.push_back(cat(ignored.size() == 1 ? "unknown key " : "unknown keys ", list, " ",
+                                  where(context), " ", ignored.size() == 1 ? "is" : "are",
+                                  " ignored, as DeepSpeed ignores ",
+                                  ignored.size() == 1 ? "it" : "them"));
     }
   }
   ObjectReader(const json::value& v, std::string path, std::initializer_list<std::string_view> ours,
-               std::span<const Inert> inert, std::vector<std::string>& warnings)
-      : ObjectReader(v, std::move(path), std::span(ours.begin(), ours.size()), inert, warnings) {}
+               std::span<const Inert> inert, ParseLog& log, Unknown policy = Unknown::refuse)
+      : ObjectReader(v, std::move(path), std::span(ours.begin(), ours.size()), inert, log, policy) {
+  }
 
   const std::string& path() const { return path_; }
   std::string path_of(std::string_view key) const {
     return path_.empty() ? std::string(key) : cat(path_, '.', key);
   }
-  std::vector<std::string>& warnings() const { return warnings_; }
+  std::vector<std::string>& warnings() const { return log_.warnings; }
+  ParseLog& log() const { return log_; }
 
-  // The value of `key`, or nullptr when absent; null counts as absent (DeepSpeed's None).
+  // The value of `key`, or nullptr when absent; null counts as absent (DeepSpeed's None), and so
+  // does "auto" (set aside by the constructor).
   const json::value* get(std::string_view key) const {
     auto it = obj_->find(key);
-    return it == obj_->end() || it->value().is_null() ? nullptr : &it->value();
+    if (it == obj_->end() || it->value().is_null() || is_auto_key(key)) return nullptr;
+    return &it->value();
+  }
+  bool is_auto_key(std::string_view key) const {
+    return std::find(autos_.begin(), autos_.end(), key) != autos_.end();
   }
   bool has(std::string_view key) const { return get(key) != nullptr; }
 
@@ -290,22 +381,26 @@ class ObjectReader {
   }
 
  private:
+  std::string where(std::string_view context) const {
+    return path_.empty() ? "at top level" : cat("in ", path_, context);
+  }
+
   [[noreturn]] void unknown(std::string_view key, const std::vector<std::string_view>& known,
                             std::string_view context) const {
-    std::string where = path_.empty() ? "at top level" : cat("in ", path_, context);
     std::string_view best = nearest(key, known);
     if (!best.empty())
-      throw Error(cat("unknown key '", key, "' ", where, "; did you mean '", best, "'?"));
+      throw Error(cat("unknown key '", key, "' ", where(context), "; did you mean '", best, "'?"));
     std::string list;
     for (auto k : known) list += cat(list.empty() ? "" : ", ", k);
-    throw Error(cat("unknown key '", key, "' ", where,
+    throw Error(cat("unknown key '", key, "' ", where(context),
                     known.size() <= 12 ? cat("; expected one of: ", list)
                                        : std::string("; docs/config.md lists the known keys")));
   }
 
   std::string path_;
   const json::object* obj_ = nullptr;
-  std::vector<std::string>& warnings_;
+  ParseLog& log_;
+  std::vector<std::string_view> autos_;  // our keys whose value is "auto"
 };
 
 }  // namespace zero::detail
