@@ -269,7 +269,10 @@ class ObjectReader {
     std::vector<std::string_view> known(ours.begin(), ours.end());
     for (const auto& i : inert) known.push_back(i.key);
     std::vector<std::string_view> ignored;
-    for (const auto& [key, value] : *obj_) {
+    for (const auto& kv : *obj_) {
+      // Not a structured binding: clang before 16 cannot capture one in the lambda.
+      const std::string_view key = kv.key();
+      const json::value& value = kv.value();
       auto it = std::find_if(inert.begin(), inert.end(), [&](auto& i) { return i.key == key; });
       if (it != inert.end()) {
         if (!is_off(*it, value))
