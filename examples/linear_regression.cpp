@@ -66,7 +66,7 @@ int main(int argc, char** argv) try {
   if (world->rank() == 0)
     std::printf("loss %.5f -> %.5f (%s)\n", first, last, learned ? "learned" : "DID NOT LEARN");
   return learned ? 0 : 1;
-} catch (const zero::Error& e) {
-  std::fprintf(stderr, "error: %s\n", e.what());
-  return 1;
+} catch (const std::exception& e) {
+  // Ends every rank: returning would leave the others waiting in a collective for this one.
+  zero::comm::abort_job(zero::cat("linear_regression: error: ", e.what()), 1);
 }

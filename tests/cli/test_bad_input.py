@@ -7,23 +7,15 @@ Usage: test_bad_input.py path/to/zero. Prints 'N passed, N failed'."""
 import os, re, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
-passed, failed = 0, 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, finish, user_env  # noqa: E402
 TINY = ["--layers", "2", "--width", "16"]  # a model that trains in milliseconds
 
 
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}\n     {detail}")
 
 
 def run(*args, timeout=60):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OMPI_", "PMIX_", "PMI_", "SLURM_", "ZERO_RELAUNCHED"))}
+    env = user_env()
     try:
         return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as e:
@@ -219,5 +211,4 @@ r = plan("--preset", "gpt2-small", "-n", "2", "--stage", "3", "--config", hf)
 check("plan fills auto buckets from the GPT's hidden size (768)",
       r.returncode == 0 and "filled zero_optimization.reduce_bucket_size = 589824 (was" in r.stderr, r.stderr)
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

@@ -6,32 +6,17 @@ how to launch. Usage: test_faults.py path/to/zero. Prints 'N passed, N failed'."
 import os, re, signal, subprocess, sys, time, uuid
 
 ZERO = sys.argv[1]
-passed, failed = 0, 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, finish, user_env  # noqa: E402
 
 
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}\n     {detail}")
 
 
-def clean_env(**extra):
-    """The environment of a user's shell: no launcher variables (the test itself may run under
-    one), plus `extra`."""
-    launcher = ("OMPI_", "PMIX_", "PMI_", "SLURM_", "WORLD_SIZE", "RANK", "LOCAL_RANK",
-                "ZERO_RELAUNCHED")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(launcher)}
-    env.update(extra)
-    return env
 
 
 def run(*args, timeout=60, **extra):
     return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout,
-                          env=clean_env(**extra))
+                          env=user_env(**extra))
 
 
 def environ(pid):
@@ -116,7 +101,7 @@ check("comm-check --timeout 0 is refused with a sentence",
 marker = uuid.uuid4().hex
 p = subprocess.Popen([ZERO, "comm-check", "-n", "3", "--timeout", "2", "--mib", "1", "--iters",
                       "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                     env=clean_env(ZERO_FAULT_TEST=marker))
+                     env=user_env(ZERO_FAULT_TEST=marker))
 pids, deadline = {}, time.monotonic() + 30
 while len(pids) < 3 and time.monotonic() < deadline and p.poll() is None:
     time.sleep(0.1)
@@ -152,5 +137,4 @@ if len(pids) == 3:
     check("a stalled rank: no rank is left behind",
           not any(alive(pid) for pid in pids.values()), pids)
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

@@ -7,19 +7,12 @@ import json, os, subprocess, sys, tempfile
 import xml.etree.ElementTree as ET
 
 ZERO = sys.argv[1]
-passed, failed = 0, 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, finish  # noqa: E402
 KEYS = {"stage", "params_bytes", "grads_bytes", "master_bytes", "optimizer_bytes",
         "model_states_bytes", "buffers_bytes", "activations_bytes", "total_bytes", "host_total_bytes"}
 
 
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name} {detail}")
 
 
 def run(*args):
@@ -198,5 +191,4 @@ for args, word in bad:
 r = run("--params", "1e9", "--ranks", "many")
 check("a non-number for an integer flag is a usage error (exit 2)", r.returncode == 2 and "ranks" in r.stderr, r.stderr)
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

@@ -4,21 +4,14 @@ mpirun for -n N). Usage: test_zero_command.py path/to/zero. Prints 'N passed, N 
 import json, os, re, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
-passed, failed = 0, 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, finish, user_env  # noqa: E402
 
 
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name} {detail}")
 
 
 def run(*args, timeout=300):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
+    env = user_env()
     return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -101,5 +94,4 @@ check("an unknown command is named", r.returncode == 2 and "frobnicate" in r.std
 r = run("comm-check", "-n", "2", "--mib", "1", "--iters", "2")
 check("comm-check finds every collective exact", r.returncode == 0 and "all collectives exact" in r.stdout, r.stdout + r.stderr)
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

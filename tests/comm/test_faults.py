@@ -9,18 +9,11 @@ import glob, os, re, signal, subprocess, sys, tempfile, threading, time
 FAULT_RANK, MPIRUN = sys.argv[1], sys.argv[2]
 TIMEOUT = 2.0  # the collective timeout of every case; each case must end well within BOUND
 BOUND = TIMEOUT + 6.0
-passed, failed = 0, 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, finish  # noqa: E402
 ended = []  # the ranks of the last run that ended the job themselves (fault_rank's .ended files)
 
 
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}\n     {detail}")
 
 
 def alive(pid):
@@ -231,5 +224,4 @@ check_ended("an error on one rank only", rc, out, seconds, pids, 3,
 check("an error on one rank only: the job ends before the others time out",
       "timed out" not in out and seconds < TIMEOUT + 1.5, f"{seconds:.1f} s\n{out}")
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+finish()

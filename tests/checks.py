@@ -1,0 +1,30 @@
+"""What the suite's end-to-end test scripts share: check() counts and prints one result,
+user_env() is the environment of a user's shell (no launcher variables: the test itself may run
+under one, and `zero -n N` must relaunch as it would for a user), finish() prints the closing
+'N passed, N failed' line and exits non-zero on any failure."""
+import os
+import sys
+
+_counts = {"passed": 0, "failed": 0}
+LAUNCHER_VARIABLES = ("OMPI_", "PMIX_", "PMI_", "SLURM_", "WORLD_SIZE", "RANK", "LOCAL_RANK",
+                      "ZERO_RELAUNCHED")
+
+
+def check(name, ok, detail=""):
+    if ok:
+        _counts["passed"] += 1
+        print(f"ok   {name}")
+    else:
+        _counts["failed"] += 1
+        print(f"FAIL {name}\n     {detail}")
+
+
+def user_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_VARIABLES)}
+    env.update(extra)
+    return env
+
+
+def finish():
+    print(f"{_counts['passed']} passed, {_counts['failed']} failed")
+    sys.exit(1 if _counts["failed"] else 0)
