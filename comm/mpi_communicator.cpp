@@ -39,6 +39,7 @@ struct Task {
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
+  std::size_t scratch_after = 0;  // the staging peak when this task finished
 
   void finish(std::exception_ptr e) {
     {
@@ -232,7 +233,18 @@ class MpiCommunicator final : public Communicator {
     std::lock_guard lock(acct_mu_);
     acct_ = Accounting{};
   }
-  std::size_t scratch_bytes_peak() const override { return scratch_.peak_bytes(); }
+  // The staging peak as of the collectives this rank has waited for, not as of whatever the
+  // communication thread has started since: the ledger then records the same bytes at the same
+  // point of the caller's program on every run, whatever the threads' timing.
+  std::size_t scratch_bytes_peak() const override {
+    return waited_scratch_.load(std::memory_order_relaxed);
+  }
+  void note_waited(const Task& t) {
+    std::size_t seen = waited_scratch_.load(std::memory_order_relaxed);
+    while (t.scratch_after > seen &&
+           !waited_scratch_.compare_exchange_weak(seen, t.scratch_after, std::memory_order_relaxed)) {
+    }
+  }
 
  private:
   // A blocking call with nothing queued or running runs right here, on the calling thread: the
@@ -249,6 +261,7 @@ class MpiCommunicator final : public Communicator {
     if (!here_and_now) return submit(std::move(t)).wait();
     execute(*t);
     idle();
+    note_waited(*t);
     if (t->error) std::rethrow_exception(t->error);
   }
 
@@ -376,6 +389,7 @@ class MpiCommunicator final : public Communicator {
       s.wire_bytes += wire;
       s.seconds += std::chrono::duration<double>(Clock::now() - t.issued).count();
     }
+    t.scratch_after = scratch_.peak_bytes();
     t.finish(std::move(error));
   }
 
@@ -391,6 +405,7 @@ class MpiCommunicator final : public Communicator {
   mpi::Link link_;
   // Touched only by the thread executing a task (busy_ serialises them), and the destructor.
   mpi::Scratch scratch_;
+  std::atomic<std::size_t> waited_scratch_{0};  // see scratch_bytes_peak
   mpi::Graveyard graveyard_;
   mpi::Arrivals arrivals_;
   std::int64_t seq_ = 0;
@@ -413,6 +428,7 @@ void TaskState::wait() {
   {
     std::lock_guard lock(t_->m);
     if (t_->done) {
+      owner_->note_waited(*t_);
       if (t_->error) std::rethrow_exception(t_->error);
       return;
     }
@@ -420,6 +436,7 @@ void TaskState::wait() {
   owner_->run_if_next(t_);
   std::unique_lock lock(t_->m);
   t_->cv.wait(lock, [&] { return t_->done; });
+  owner_->note_waited(*t_);
   if (t_->error) std::rethrow_exception(t_->error);
 }
 
