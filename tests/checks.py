@@ -1,5 +1,5 @@
 """What the suite's end-to-end test scripts share: check() counts and prints one result,
-user_env() is the environment of a user's shell (no launcher variables: the test itself may run
+alive() says whether a process still runs, user_env() is the environment of a user's shell (no launcher variables: the test itself may run
 under one, and `zero -n N` must relaunch as it would for a user), finish() prints the closing
 'N passed, N failed' line and exits non-zero on any failure."""
 import os
@@ -23,6 +23,15 @@ def user_env(**extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_VARIABLES)}
     env.update(extra)
     return env
+
+
+def alive(pid):
+    """True while pid exists and is not a zombie (a zombie has ended; only its parent reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def finish():

@@ -7,7 +7,7 @@ import os, re, signal, subprocess, sys, time, uuid
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import alive, check, finish, user_env  # noqa: E402
 
 
 
@@ -43,14 +43,6 @@ def rank_pids(marker):
                 continue
             found[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(d)
     return found
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 # A mistyped command.

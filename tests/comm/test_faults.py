@@ -10,19 +10,8 @@ FAULT_RANK, MPIRUN = sys.argv[1], sys.argv[2]
 TIMEOUT = 2.0  # the collective timeout of every case; each case must end well within BOUND
 BOUND = TIMEOUT + 6.0
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish  # noqa: E402
+from checks import alive, check, finish  # noqa: E402
 ended = []  # the ranks of the last run that ended the job themselves (fault_rank's .ended files)
-
-
-
-
-def alive(pid):
-    """True while pid exists and is not a zombie (a zombie has ended; only its parent reaps it)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def state(pid):
