@@ -123,7 +123,7 @@ if len(pids) == 3:
           "timed out after 2 s" in lines[0] and
           # stopped before a collective, or in the middle of one
           # (in a ring, rank 0 may wait for rank 2, which waits for rank 1)
-          re.search(r"rank 1 has not|waiting for [a-z_ ]+ rank [12] \(every rank had reached "
+          re.search(r"ranks? (?:[0-9,]*,)?1(?:,[0-9,]*)? ha(?:s|ve) not|waiting for [a-z_ ]+ rank [12] \(every rank had reached "
                     r"this collective", lines[0]) is not None, err)
     time.sleep(1.0)
     check("a stalled rank: no rank is left behind",
