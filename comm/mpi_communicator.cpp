@@ -131,10 +131,13 @@ class MpiCommunicator final : public Communicator {
       reject(t->sig, e);
     t->op = Op::reduce_scatter;
     t->payload = in.bytes();
-    // Validation allows exactly one overlap: out is this rank's own block of in.
-    const bool aliases = out.count > 0 && static_cast<const std::byte*>(in.data) +
-                                                  static_cast<std::size_t>(rank()) * out.bytes() ==
-                                              out.data;
+    // Validation allows exactly one overlap: out is this rank's own block of in, same dtype. The
+    // dtype test matters: a bf16 -> fp32 call whose out merely happens to sit where an fp32 block
+    // of in would start is not in place (it once made the staging depend on malloc's layout).
+    const bool aliases = out.count > 0 && in.dtype == out.dtype &&
+                         static_cast<const std::byte*>(in.data) +
+                                 static_cast<std::size_t>(rank()) * out.bytes() ==
+                             out.data;
     t->body = [this, in, out, op, aliases] {
       return mpi::reduce_scatter(
           link_, {in.data, in.dtype, in.count, out.count, out.data, out.dtype, op, aliases},

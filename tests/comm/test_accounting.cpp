@@ -2,6 +2,10 @@
 // seconds; reset; and the staging memory the ledger is told about.
 #include "comm_test.hpp"
 
+#include <cstring>
+
+#include "comm/staging.hpp"
+
 namespace zero::comm::test {
 namespace {
 
@@ -103,6 +107,34 @@ TEST_CASE("scratch_bytes_peak reports the bounded staging of the pipelined reduc
   const std::size_t bound = 2 * static_cast<std::size_t>(N - 1) * 256 + 128 * 4;
   CHECK(comm->scratch_bytes_peak() <= bound);
   if (N > 1) CHECK(comm->scratch_bytes_peak() > 0);
+}
+
+// A bf16 -> fp32 call is never in place, even when out happens to start where an fp32 block of
+// in would: malloc can put the engine's reduced shard there (rank 2 of 3, stage 2 once did), and
+// the staging then grew by a chunk of accumulators that the planner, rightly, did not count.
+TEST_CASE("a widening reduce_scatter whose out sits at in + rank * out.bytes() is not in place") {
+  Options o = test_options();
+  o.chunk_bytes = 256;
+  auto comm = world(o);
+  const int N = comm->size();
+  const int r = comm->rank();
+  const std::size_t B = 576;
+  const Buf in = make_input(DType::bf16, N * B, 7, r);
+  // One arena: in at its start, out at in + r * B * 4 bytes when that lies past in's end (ranks
+  // r >= N / 2), otherwise right after in.
+  const std::size_t in_bytes = N * B * 2;
+  const std::size_t at = std::max(in_bytes, static_cast<std::size_t>(r) * B * 4);
+  std::vector<std::uint64_t> arena((at + B * 4) / 8 + 1, 0);
+  auto* base = reinterpret_cast<std::byte*>(arena.data());
+  std::memcpy(base, in.data(), in_bytes);
+  View out{base + at, B, DType::f32};
+  comm->reduce_scatter(ConstView{base, N * B, DType::bf16}, out, ReduceOp::sum);
+  Buf expect(DType::f32, B);
+  comm->reduce_scatter(in.cview(), expect.view(), ReduceOp::sum);
+  CHECK(std::memcmp(out.data, expect.data(), B * 4) == 0);
+  CHECK(comm->scratch_bytes_peak() ==
+        scratch_rounded(reduce_scatter_staging_bytes(N * B, B, N, DType::bf16, DType::f32, false,
+                                                     o.chunk_bytes, o.pipeline_depth)));
 }
 
 }  // namespace
