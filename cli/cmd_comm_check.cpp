@@ -115,7 +115,7 @@ int cmd_comm_check(const Args& argv) {
   if (!(timeout > 0) || !std::isfinite(timeout))
     throw Error(cat("--timeout must be a positive number of seconds, got ", timeout));
 
-  comm::MpiRuntime mpi;
+  comm::MpiRuntime mpi({.startup_timeout_seconds = timeout, .error_prefix = "zero comm-check: error: "});
   comm::Options options;
   options.timeout_seconds = timeout;
   auto c = comm::make_mpi_communicator(MPI_COMM_WORLD, options);

@@ -300,14 +300,17 @@ int cmd_train(const Args& argv) {
   check_flags(f, vm);
   // Everything that can be checked without MPI, before a relaunch starts any rank.
   const int asked = vm.count("ranks") ? f.ranks : in_mpi_job() ? 0 : 1;
+  double timeout = 0;
   {
     const Run early = resolve_run(f, vm, asked);
     if (asked > 0 && !in_mpi_job() && (f.device == "cpu" || !ZERO_HAVE_CUDA))
       check_host_memory(early, asked, asked, false);
+    timeout = early.timeout;
   }
   if (asked > 0) ensure_ranks(asked, argv);
 
-  comm::MpiRuntime mpi;
+  // A rank that never joins ends MPI startup after the same timeout as a collective.
+  comm::MpiRuntime mpi({.startup_timeout_seconds = timeout, .error_prefix = "zero train: error: "});
   int n = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   check_job_size(n, "train");

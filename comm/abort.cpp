@@ -3,12 +3,19 @@
 
 #include <mpi.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/socket.h>
+#include <sys/un.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <thread>
@@ -32,6 +39,41 @@ int env_int(std::initializer_list<const char*> names, int fallback) {
   for (const char* n : names)
     if (const char* v = std::getenv(n); v != nullptr && *v != '\0') return std::atoi(v);
   return fallback;
+}
+
+// The job's identity from its launcher (Open MPI's PMIx namespace, Slurm's job and step), or ""
+// outside a job.
+std::string job_key() {
+  for (const char* n : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"})
+    if (const char* v = std::getenv(n); v != nullptr && *v != '\0') return v;
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* step = std::getenv("SLURM_STEP_ID");
+  if (job != nullptr && step != nullptr) return std::string(job) + "." + step;
+  return "";
+}
+
+// True for the first rank of this job on this node to end the job, false for any later one:
+// the first binds a Linux abstract socket named after the job (a name that vanishes with the
+// process, so nothing is left behind), the others find the name taken. True where that cannot
+// be told (no job key, not Linux).
+bool first_to_report() {
+#ifdef __linux__
+  const std::string key = job_key();
+  if (key.empty()) return true;
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return true;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string name = "zero-abort-" + key.substr(0, sizeof(addr.sun_path) - 13);
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());  // sun_path[0] == 0: abstract
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), len) == 0) return true;  // fd kept
+  const bool taken = errno == EADDRINUSE;
+  ::close(fd);
+  return !taken;
+#else
+  return true;
+#endif
 }
 
 }  // namespace
@@ -67,12 +109,17 @@ void abort_job(std::string_view message, int code) {
   std::fflush(stdout);  // what rank 0 printed so far (progress lines) comes before the error
   if (job_size() > 1 && rank > 0) {
     // Long enough for rank 0's MPI_Abort to reach this process on one node (tens of ms) or a
-    // few (hundreds), short enough to stay within "the timeout plus a few seconds".
-    const double s = 0.5 + 0.05 * std::min(rank, 40);
+    // few (hundreds), short enough to stay within "the timeout plus a few seconds". Without MPI
+    // (a rank ending during MPI startup) rank 0 can only _exit, and the launcher takes most of a
+    // second more to notice and end the others. Ranks whose errors come further apart (a loaded
+    // machine: one rank's last data arrived a second later) are kept from printing twice on one
+    // node by first_to_report.
+    const double s = (mpi_live() ? 0.5 : 2.0) + 0.05 * std::min(rank, 40);
     std::this_thread::sleep_for(std::chrono::duration<double>(s));
   }
   std::string line(message);
   line += '\n';
+  if (!first_to_report()) line.clear();  // another rank of this node printed the error
   for (std::size_t done = 0; done < line.size();) {
     const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
     if (n <= 0) break;

@@ -20,7 +20,9 @@ bool any_communicator_broken();
 // of several ranks never interleave), then MPI_Abort(MPI_COMM_WORLD, code) when MPI is
 // initialised and not finalised, else _exit(code) (the launcher ends the other ranks when one
 // exits non-zero). In a job of several ranks, a rank other than 0 first waits a moment that
-// grows with its rank (0.5 s to 2.5 s): an error that every rank hits is then printed once, by
+// grows with its rank (0.5 s to 2.5 s; 1.5 s more without MPI, whose _exit the launcher is slower
+// to act on), and on one node only the first rank to get here prints: an error that every rank
+// hits is then printed once, by
 // the lowest rank that hits it, whose abort ends the others before they print; an error that
 // only one rank hits is still printed, by that rank, a moment later.
 [[noreturn]] void abort_job(std::string_view message, int code);

@@ -1,8 +1,12 @@
 // MpiRuntime and the launcher helpers (see mpi_runtime.hpp).
 #include "comm/mpi_runtime.hpp"
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
+#include <thread>
 
 #include "comm/abort.hpp"
 #include "zero/error.hpp"
@@ -24,13 +28,54 @@ const char* thread_level_name(int level) {
 }
 
 MpiRuntime::MpiRuntime() {
-  init(nullptr, nullptr);
+  init(nullptr, nullptr, {});
 }
-MpiRuntime::MpiRuntime(int& argc, char**& argv) {
-  init(&argc, &argv);
+MpiRuntime::MpiRuntime(RuntimeOptions options) {
+  init(nullptr, nullptr, options);
+}
+MpiRuntime::MpiRuntime(int& argc, char**& argv, RuntimeOptions options) {
+  init(&argc, &argv, options);
 }
 
-void MpiRuntime::init(int* argc, char*** argv) {
+namespace {
+
+// Ends the job if MPI startup has not finished after `seconds` (see RuntimeOptions). Joined when
+// MPI_Init_thread returns, which wakes it at once.
+class StartupWatchdog {
+ public:
+  StartupWatchdog(double seconds, std::string prefix) {
+    if (!(seconds > 0)) return;
+    thread_ = std::thread([this, seconds, prefix = std::move(prefix)] {
+      std::unique_lock lock(mu_);
+      if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return done_; }))
+        return;
+      abort_job(cat(prefix, "rank ", job_rank(), " of ", job_size(), ": MPI startup (MPI_Init_thread) did "
+                    "not finish within ", seconds, " s: a rank of the job did not start or stalled "
+                    "before joining it (a process stopped or swapped out, a node unreachable); the "
+                    "limit is the communication timeout (--timeout, comm_timeout)"),
+                1);
+    });
+  }
+  ~StartupWatchdog() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+void MpiRuntime::init(int* argc, char*** argv, RuntimeOptions options) {
   int initialised = 0, finalised = 0;
   MPI_Initialized(&initialised);
   MPI_Finalized(&finalised);
@@ -40,8 +85,12 @@ void MpiRuntime::init(int* argc, char*** argv) {
     MPI_Query_thread(&thread_level_);
     return;
   }
-  if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_) != MPI_SUCCESS)
-    throw Error("MPI_Init_thread failed");
+  int rc = MPI_SUCCESS;
+  {
+    const StartupWatchdog watchdog(options.startup_timeout_seconds, options.error_prefix);
+    rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_);
+  }
+  if (rc != MPI_SUCCESS) throw Error("MPI_Init_thread failed");
   if (thread_level_ < MPI_THREAD_MULTIPLE) {
     // Leave MPI as we found it (finalised), then say what to do about it.
     MPI_Finalize();

@@ -4,6 +4,8 @@
 
 #include <mpi.h>
 
+#include <string>
+
 namespace zero::comm {
 
 // Initialises MPI with MPI_THREAD_MULTIPLE (each communicator has a communication thread that
@@ -13,10 +15,21 @@ namespace zero::comm {
 // It does not finalise after a communicator broke (any_communicator_broken), nor when destroyed
 // by an exception in a job of several ranks: MPI_Finalize would wait for ranks that may never
 // come. MPI is then left initialised for abort_job (comm/abort.hpp), which the handler calls.
+// MPI_Init cannot fail with an error while a rank of the job is missing: it waits for every rank,
+// forever (a node that never starts its process, a rank stopped or swapped out before it joins).
+// With a startup timeout, a watchdog ends the job with one line naming this rank instead, through
+// abort_job (so it is the program's choice: the default, 0, waits as MPI does). zero's commands
+// pass their --timeout / comm_timeout.
+struct RuntimeOptions {
+  double startup_timeout_seconds = 0;  // 0: wait for MPI_Init as long as it takes
+  std::string error_prefix;            // put before the watchdog's line ("zero train: error: ")
+};
+
 class MpiRuntime {
  public:
   MpiRuntime();
-  MpiRuntime(int& argc, char**& argv);
+  explicit MpiRuntime(RuntimeOptions options);
+  MpiRuntime(int& argc, char**& argv, RuntimeOptions options = {});
   ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;
   MpiRuntime& operator=(const MpiRuntime&) = delete;
@@ -25,7 +38,7 @@ class MpiRuntime {
   int thread_level() const { return thread_level_; }  // what MPI provides (MPI_THREAD_*)
 
  private:
-  void init(int* argc, char*** argv);
+  void init(int* argc, char*** argv, RuntimeOptions options);
   bool owns_ = false;
   int thread_level_ = MPI_THREAD_SINGLE;
 };

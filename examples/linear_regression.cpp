@@ -8,7 +8,8 @@
 #include "zero/zero.hpp"
 
 int main(int argc, char** argv) try {
-  zero::comm::MpiRuntime mpi;  // MPI_Init_thread / MPI_Finalize
+  // MPI_Init_thread / MPI_Finalize; a rank that never joins ends startup after 600 s.
+  zero::comm::MpiRuntime mpi({.startup_timeout_seconds = 600});
   auto world = zero::comm::make_mpi_communicator();
 
   // A DeepSpeed-style config; a file works the same way: zero::load_config("ds_config.json").

@@ -87,22 +87,42 @@ check("comm-check --timeout 0 is refused with a sentence",
       r.returncode == 1 and "--timeout must be a positive number of seconds, got 0" in r.stderr,
       r.stderr)
 
-# A rank of a relaunched job that stalls (SIGSTOP from outside, as a stuck node would): the job
-# ends within the timeout plus a few seconds, with exactly one error line naming the stalled rank
-# (the other survivor's error is not printed again), no mpirun banner, and no process left.
-marker = uuid.uuid4().hex
-p = subprocess.Popen([ZERO, "comm-check", "-n", "3", "--timeout", "2", "--mib", "1", "--iters",
-                      "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                     env=user_env(ZERO_FAULT_TEST=marker))
-pids, deadline = {}, time.monotonic() + 30
-while len(pids) < 3 and time.monotonic() < deadline and p.poll() is None:
-    time.sleep(0.1)
-    pids = rank_pids(marker)
-check("comm-check -n 3 starts 3 ranks", len(pids) == 3, pids)
-if len(pids) == 3:
-    time.sleep(1.0)  # into the timed loop
+def threads(pid):
+    """The names of pid's threads ('zero-comm' is a communicator's communication thread)."""
+    names = []
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{t}/comm") as f:
+                    names.append(f.read().strip())
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return names
+
+
+def stalled_rank(name, ready, expected):
+    """Starts comm-check on 3 ranks, SIGSTOPs rank 1 once ready(pids) holds, and checks that the
+    job ends within the timeout plus a few seconds with one whole error line that matches
+    expected(stopped rank's thread names), no mpirun banner, and no process left behind."""
+    marker = uuid.uuid4().hex
+    p = subprocess.Popen([ZERO, "comm-check", "-n", "3", "--timeout", "2", "--mib", "1",
+                          "--iters", "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=user_env(ZERO_FAULT_TEST=marker))
+    pids, deadline = {}, time.monotonic() + 60
+    while not (len(pids) == 3 and ready(pids)) and time.monotonic() < deadline and \
+            p.poll() is None:
+        time.sleep(0.02)
+        pids = rank_pids(marker)
+    check(f"{name}: comm-check -n 3 starts 3 ranks", len(pids) == 3 and ready(pids), pids)
+    if len(pids) != 3:
+        p.kill()
+        p.wait()
+        return
     os.kill(pids[1], signal.SIGSTOP)
     stopped = time.monotonic()
+    where = threads(pids[1])  # frozen now: where it stopped
     try:
         out, err = p.communicate(timeout=20)
     except subprocess.TimeoutExpired:
@@ -115,18 +135,33 @@ if len(pids) == 3:
         p.kill()
         p.wait()
     lines = [l for l in err.splitlines() if l.strip()]
-    check("a stalled rank ends comm-check non-zero", p.returncode not in (0, None), p.returncode)
-    check("a stalled rank ends comm-check within the timeout plus a few seconds", seconds < 8,
-          f"{seconds:.1f} s")
-    check("a stalled rank: one whole error line naming it, no mpirun banner",
+    check(f"{name}: comm-check ends non-zero", p.returncode not in (0, None), p.returncode)
+    check(f"{name}: it ends within the timeout plus a few seconds", seconds < 8, f"{seconds:.1f} s")
+    check(f"{name}: one whole error line, no mpirun banner",
           len(lines) == 1 and lines[0].startswith("zero comm-check: error: rank ") and
-          "timed out after 2 s" in lines[0] and
-          # stopped before a collective, or in the middle of one
-          # (in a ring, rank 0 may wait for rank 2, which waits for rank 1)
-          re.search(r"ranks? (?:[0-9,]*,)?1(?:,[0-9,]*)? ha(?:s|ve) not|waiting for [a-z_ ]+ rank [12] \(every rank had reached "
-                    r"this collective", lines[0]) is not None, err)
+          re.search(expected(where), lines[0]) is not None, f"threads of rank 1: {where}\n{err}")
     time.sleep(1.0)
-    check("a stalled rank: no rank is left behind",
-          not any(alive(pid) for pid in pids.values()), pids)
+    check(f"{name}: no rank is left behind", not any(alive(pid) for pid in pids.values()), pids)
+
+
+# The job's ranks are past MPI startup once each has its communication thread.
+def communicating(pids):
+    return all("zero-comm" in threads(pid) for pid in pids.values())
+
+
+# A rank that stalls in the timed loop (SIGSTOP from outside, as a stuck node would): the error
+# names it, as having not arrived, or as the peer a rank waited for in the middle of a collective
+# (in a ring, rank 0 may wait for rank 2, which waits for rank 1).
+NAMED = (r"timed out after 2 s.*(?:ranks? (?:[0-9,]*,)?1(?:,[0-9,]*)? ha(?:s|ve) not|waiting for "
+         r"[a-z_ ]+ rank [12] \(every rank had reached this collective)")
+stalled_rank("a rank stalled in the timed loop", communicating, lambda where: NAMED)
+
+# A rank that stalls as soon as it exists, most likely in MPI startup (MPI_Init has no timeout:
+# the runtime's startup watchdog ends the job), else while the communicator is created, else in
+# the loop: whichever its threads say.
+STARTUP = r"MPI startup \(MPI_Init_thread\) did not finish within 2 s"
+CREATE = r"make_mpi_communicator: timed out after 2 s"
+stalled_rank("a rank stalled at start", lambda pids: True,
+             lambda where: NAMED if "zero-comm" in where else f"{STARTUP}|{CREATE}")
 
 finish()

@@ -7,7 +7,8 @@
 //              [--at K] [--linger S] [--pids DIR]
 //
 // The faulty rank R does its fault just before collective K (2..N: #1 is a barrier; 0: before
-// the communicator is created):
+// the communicator is created; -1: before MPI_Init, which the others then wait in, under the
+// MpiRuntime's startup timeout, the same --timeout):
 //   stop   raise(SIGSTOP): stalled until someone sends SIGCONT (the test does, to check that a
 //          late resume crashes nothing)
 //   sleep  sleeps 1.5 x timeout, then goes on calling collectives (a rank that resumes late)
@@ -142,14 +143,21 @@ int main(int argc, char** argv) {
     a = parse(argc, argv);
     bool failed = false;
     {
-      zero::comm::MpiRuntime mpi(argc, argv);
+      auto write_pid = [&](int rank) {
+        if (!a.pids.empty())
+          std::ofstream(a.pids + "/rank" + std::to_string(rank) + ".pid") << getpid() << '\n';
+      };
+      if (a.at == -1) {  // before MPI starts: the other ranks wait in MPI_Init
+        write_pid(zero::comm::job_rank());
+        if (zero::comm::job_rank() == a.rank) do_fault(a);
+      }
+      zero::comm::MpiRuntime mpi(argc, argv, {.startup_timeout_seconds = a.timeout});
       zero::comm::Options o;
       o.timeout_seconds = a.timeout;
       o.verify = a.verify;
       int world_rank = 0;
       MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-      if (!a.pids.empty())
-        std::ofstream(a.pids + "/rank" + std::to_string(world_rank) + ".pid") << getpid() << '\n';
+      if (a.at != -1) write_pid(world_rank);
       if (world_rank == a.rank && a.at == 0) do_fault(a);  // before the communicator exists
       auto world = zero::comm::make_mpi_communicator(MPI_COMM_WORLD, o);
       if (!a.catch_inside) {

@@ -89,12 +89,13 @@ def crashed(out, pids):
     return any(int(m.group(1)) not in (9, 15) for m in re.finditer(r"exited on signal (\d+)", out))
 
 
-def check_ended(name, rc, out, seconds, pids, ranks, *needles, rc_known=True):
+def check_ended(name, rc, out, seconds, pids, ranks, *needles, rc_known=True, linger=0.0):
+    """linger: the seconds a survivor waits on purpose (--linger) before it ends the job."""
     # Each rank wrote its pid after MPI started, so a missing file means a rank never got there.
     check(f"{name}: every rank started", len(pids) == ranks, f"{len(pids)} pid files\n{out}")
     if rc_known:
         check(f"{name}: the job exits non-zero", rc not in (0, None), f"rc={rc}\n{out}")
-    check(f"{name}: it ends within the timeout plus a few seconds", seconds < BOUND,
+    check(f"{name}: it ends within the timeout plus a few seconds", seconds < BOUND + linger,
           f"{seconds:.1f} s\n{out}")
     print(f"     ({name}: the job ended {seconds:.1f} s after its ranks started, rc={rc})")
     check(f"{name}: no rank crashes", not crashed(out, pids), out)
@@ -141,6 +142,14 @@ check_ended("a rank stopped before the communicator is created", rc, out, second
             "rank 0: make_mpi_communicator: timed out after 2 s waiting for every rank to "
             "create the communicator")
 
+# A rank that stops before MPI starts: the others wait in MPI_Init, which has no timeout of its
+# own; the runtime's startup watchdog ends the job.
+rc, out, seconds, pids = run(3, "--fault", "stop", "--rank", "1", "--at", "-1")
+check_ended("a rank stopped before MPI_Init", rc, out, seconds, pids, 3,
+            "rank 0 of 3: MPI startup (MPI_Init_thread) did not finish within 2 s")
+check("a rank stopped before MPI_Init: one error line",
+      len([l for l in out.splitlines() if "MPI startup" in l]) == 1, out)
+
 # The stopped rank resumes after the others timed out, while they are still alive (they wait
 # --linger seconds before ending the job): its late messages reach a broken communicator and an
 # MPI that was not finalised. Nothing may crash.
@@ -164,13 +173,13 @@ def resume_later(pids_dir):
 rc, out, seconds, pids = run(2, "--fault", "stop", "--rank", "1", "--linger", "3",
                              on_start=resume_later)
 check_ended("a stopped rank that resumes after the timeout", rc, out, seconds, pids, 2,
-            "(collective #5) timed out after 2 s", "rank 1 has not")
+            "(collective #5) timed out after 2 s", "rank 1 has not", linger=3)
 
 # A rank that sleeps past the timeout and then calls the collective (a slow rank, not a stopped
 # one): same outcome, no crash.
 rc, out, seconds, pids = run(2, "--fault", "sleep", "--rank", "1", "--linger", "2")
 check_ended("a rank that calls the collective after the timeout", rc, out, seconds, pids, 2,
-            "(collective #5) timed out after 2 s")
+            "(collective #5) timed out after 2 s", linger=2)
 
 # What a trainer that catches the error sees: the survivor's error says the communicator is now
 # unusable, and a later call on it fails at once naming the first failure; the late rank (0
@@ -184,7 +193,28 @@ check_ended("a late rank, seen by a trainer that retries", rc, out, seconds, pid
             "fault_rank: retry: rank 1: this communicator is unusable since an earlier collective "
             "failed: all_reduce(count=1024, fp32, avg) (collective #5) timed out",
             "fault_rank: caught: rank 0: all_reduce(count=1024, fp32, avg) (collective #5) timed "
-            "out after 2 s waiting for reduce_scatter data from rank 1")
+            "out after 2 s waiting for reduce_scatter data from rank 1", linger=3.5)
+
+# On one node only the first rank to end a job prints: abort_job holds a Linux abstract socket
+# named after the job (here a made-up PMIx namespace, no mpirun: the error comes before MPI
+# starts) while it ends the job; a rank that finds the name taken ends quietly.
+import socket, uuid  # noqa: E402
+namespace = f"zero-test-{uuid.uuid4().hex[:12]}"
+env = dict(os.environ, PMIX_NAMESPACE=namespace)
+lone = [FAULT_RANK, "--fault", "local", "--rank", "0", "--at", "-1"]
+r = subprocess.run(lone, env=env, capture_output=True, text=True, timeout=30)
+check("the first rank to end a job prints its error",
+      r.returncode == 1 and "fault_rank: a local failure on this rank only" in r.stderr,
+      f"rc={r.returncode}\n{r.stderr}")
+holder = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+holder.bind(b"\0zero-abort-" + namespace.encode())  # another rank of the job printed already
+r = subprocess.run(lone, env=env, capture_output=True, text=True, timeout=30)
+check("a later rank of the same job on the same node ends quietly",
+      r.returncode == 1 and r.stderr.strip() == "", f"rc={r.returncode}\n{r.stderr}")
+holder.close()
+r = subprocess.run(lone, env=env, capture_output=True, text=True, timeout=30)
+check("the name vanishes with its holder: the next job's error is printed again",
+      r.returncode == 1 and "a local failure" in r.stderr, f"rc={r.returncode}\n{r.stderr}")
 
 # A rank that dies: under a plain mpirun the launcher ends the job at once.
 rc, out, seconds, pids = run(3, "--fault", "kill", "--rank", "2")
@@ -205,12 +235,12 @@ for fault in ("kill", "exit"):
     check(f"a rank that dies ({fault}) under mpirun --enable-recovery: both survivors end the job "
           "themselves", ended == [0, 1], ended)
 
-# An error only one rank (not rank 0) sees is printed by that rank, and ends the job long before
-# the others' timeout.
-rc, out, seconds, pids = run(3, "--fault", "local", "--rank", "2")
+# An error only one rank (not rank 0) sees is printed by that rank (after abort_job's 0.6 s), and
+# ends the job long before the others' timeout (here 10 s).
+rc, out, seconds, pids = run(3, "--fault", "local", "--rank", "2", "--timeout", "10")
 check_ended("an error on one rank only", rc, out, seconds, pids, 3,
             "fault_rank: error: fault_rank: a local failure on this rank only")
 check("an error on one rank only: the job ends before the others time out",
-      "timed out" not in out and seconds < TIMEOUT + 1.5, f"{seconds:.1f} s\n{out}")
+      "timed out" not in out and seconds < 3.0, f"{seconds:.1f} s\n{out}")
 
 finish()
