@@ -50,6 +50,14 @@ class MlpTrainer {
   // The first call with an engine records mlp_activation_bytes in its ledger (activations).
   double micro_batch(Engine& engine, std::int64_t first);
 
+  // Wall time, seconds, spent in micro_batch since construction: making the samples and their
+  // targets (data), and the trainer's own math outside engine calls (compute: GEMMs, tanh, loss).
+  struct Times {
+    double data_seconds = 0;
+    double compute_seconds = 0;
+  };
+  Times times() const { return times_; }
+
   struct Device;  // the GPU path (models/mlp_cuda.cpp)
   struct DeviceDeleter {
     void operator()(Device* d) const noexcept;
@@ -61,6 +69,7 @@ class MlpTrainer {
   MlpShape shape_;
   std::int64_t batch_;
   const Ledger* recorded_in_ = nullptr;
+  Times times_;
   std::vector<std::vector<float>> acts_;  // acts_[l]: input of layer l; acts_[L]: output
                                           // (the device path keeps only acts_[0]: the inputs)
   std::vector<float> w_, dz_, dprev_, dw_, target_;

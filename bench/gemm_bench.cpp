@@ -1,0 +1,2 @@
+// Placeholder: being written (issue 10).
+int main() { return 77; }
