@@ -25,7 +25,31 @@ std::vector<UnitSpec> mlp_units(const MlpShape& shape);
 // Initial value of param p (Kaiming-uniform-like, from the seed; the same on every rank).
 void mlp_init(const MlpShape& shape, int param, std::span<float> out);
 
+// The teacher network y = tanh(scale * T x): T (width x width, row-major) built once from the
+// seed, so that a sample costs one matrix-vector product instead of hashing every weight.
+class MlpTeacher {
+ public:
+  explicit MlpTeacher(const MlpShape& shape);
+  // Input sample i (any i >= 0) as `width` floats in [-1, 1], and its target. The target depends
+  // only on (seed, width, i): each output is a dot product in fp64 over 8 fixed lanes (element j
+  // into lane j % 8, lanes summed in a fixed tree), never a GEMM whose blocking could depend on
+  // how many samples a rank or a micro-batch holds; so every stage, rank count and micro-batch
+  // split trains on bitwise the same targets.
+  void sample(std::int64_t index, std::span<float> x, std::span<float> y) const;
+  // Samples first .. first + count - 1, one after another in x and y (count x width floats
+  // each): the same values as `count` calls of sample(), made faster.
+  void samples(std::int64_t first, std::int64_t count, std::span<float> x,
+               std::span<float> y) const;
+  const MlpShape& shape() const { return shape_; }
+
+ private:
+  MlpShape shape_;
+  std::vector<float> t_;
+};
+
 // Input sample i (any i >= 0) as `width` floats in [-1, 1], and its target from the teacher.
+// The same values as MlpTeacher(shape).sample(...); builds the teacher on every call, so a caller
+// that makes many samples should keep an MlpTeacher.
 void mlp_sample(const MlpShape& shape, std::int64_t index, std::span<float> x, std::span<float> y);
 
 // The trainer's own buffers for a micro-batch of `micro_batch` samples (activations of every
@@ -65,11 +89,15 @@ class MlpTrainer {
   using DevicePtr = std::unique_ptr<Device, DeviceDeleter>;
 
  private:
+  template <class Call>
+  double host_micro_batch(Engine& engine, Call& call);  // the CPU path; `call` times engine calls
+
   DevicePtr device_;
   MlpShape shape_;
   std::int64_t batch_;
   const Ledger* recorded_in_ = nullptr;
   Times times_;
+  MlpTeacher teacher_;
   std::vector<std::vector<float>> acts_;  // acts_[l]: input of layer l; acts_[L]: output
                                           // (the device path keeps only acts_[0]: the inputs)
   std::vector<float> w_, dz_, dprev_, dw_, target_;

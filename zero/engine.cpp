@@ -202,6 +202,7 @@ Slice Engine::Impl::grads_of_unit(int u) {
     // A new micro-batch for this unit: its previous reduction must be done before we reuse
     // (stages 0-1) or replace (stages 2-3) the buffer it reads.
     finish_reduce(u);
+    const ScopeTimer t(stats.optimizer_seconds);  // zeroing the gradients: the optimizer's zero_grad
     if (policy.shard_grads) {
       grads_unit[u] = alloc(Category::comm_buckets, bytes(U.padded_numel, work_dtype));
     } else {
@@ -218,6 +219,7 @@ void Engine::Impl::finish_reduce(int u) {
   PendingReduce& p = pending[u];
   if (!p.active) return;
   try {
+    const ScopeTimer t = waiting();
     for (auto& h : p.handles) h.wait();
   } catch (const Error& e) {
     // The communicator names the collective; the engine knows which unit it was for.
@@ -243,6 +245,7 @@ void Engine::Impl::finish_reduce(int u) {
 }
 
 void Engine::Impl::all_gather_host(const void* in, void* out, std::size_t count, DType dtype) {
+  const ScopeTimer t = waiting();
   if (world.memory() == comm::Memory::host) {
     world.all_gather(comm::ConstView{in, count, dtype}, comm::View{out, count * ranks, dtype});
     return;
@@ -267,6 +270,9 @@ void Engine::Impl::record_comm_scratch() {
 
 void Engine::Impl::issue_gather(int u) {
   const auto& U = layout.units[u];
+  // The gather's receive buffer and handing it to the communicator (which may switch to its
+  // thread at once) are communication time.
+  const ScopeTimer t = waiting();
   gathered[u] = alloc(Category::gathered, bytes(U.padded_numel, work_dtype));
   Slice shard = slice(shard_params(), work_dtype, U.shard_offset, U.shard_numel);
   gather_handle[u] = world.all_gather_async(shard.cview(),
@@ -278,6 +284,7 @@ void Engine::Impl::all_gather_params(int u, const Slice& shard_values) {
   const auto& U = layout.units[u];
   Slice full = policy.shard_params ? slice(gathered[u], work_dtype, 0, U.padded_numel)
                                    : slice(full_params(), work_dtype, U.offset, U.padded_numel);
+  const ScopeTimer t = waiting();
   world.all_gather(shard_values.cview(), full.view());
 }
 
@@ -380,6 +387,7 @@ void Engine::gather(int u) {
   s.last_gathered = u;
   if (s.unit_state[u] == UnitState::sharded) s.issue_gather(u);
   if (s.unit_state[u] == UnitState::gathering) {
+    const ScopeTimer t = s.waiting();
     s.gather_handle[u].wait();
     s.unit_state[u] = UnitState::gathered;
   }
@@ -415,7 +423,10 @@ void Engine::release(int u) {
   Impl& s = *impl_;
   s.check_unit(u, "release");
   if (!s.policy.shard_params || s.layout.units[u].persistent) return;
-  if (s.unit_state[u] == UnitState::gathering) s.gather_handle[u].wait();
+  if (s.unit_state[u] == UnitState::gathering) {
+    const ScopeTimer t = s.waiting();
+    s.gather_handle[u].wait();
+  }
   s.gathered[u].reset();
   s.unit_state[u] = UnitState::sharded;
 }
@@ -465,6 +476,9 @@ void Engine::reduce_grads(int u) {
   const auto& U = s.layout.units[u];
   PendingReduce& p = s.pending[u];
   const comm::ReduceOp op = comm::ReduceOp::sum;
+  // Handing a collective to the communicator wakes its thread, which may run at once on a busy
+  // CPU: that is communication time too (EngineStats::wait_seconds).
+  std::optional<ScopeTimer> issuing(std::in_place, s.stats.wait_seconds);
   if (s.policy.gather_grads) {
     // Stage 0: all-reduce as reduce-scatter into this rank's block, then all-gather.
     p.block = s.alloc(Category::comm_buckets, bytes(U.shard_numel, s.reduce_dtype));
@@ -477,6 +491,7 @@ void Engine::reduce_grads(int u) {
     p.handles.push_back(s.world.reduce_scatter_async(g.cview(), out.view(), op));
     if (s.policy.shard_grads) p.unit_grads = std::move(s.grads_unit[u]);
   }
+  issuing.reset();
   p.active = true;
   p.issued_at = s.trainer_calls;
   ++s.stats.reductions;

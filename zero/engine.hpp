@@ -96,10 +96,12 @@ struct EngineStats {
   std::int64_t applied_steps = 0;
   std::int64_t skipped_steps = 0;
   std::int64_t consecutive_skipped_steps = 0;  // the run of skips that ends at the last step()
-  // Wall time, seconds, on this rank's calling thread. wait_seconds: blocked inside engine calls
-  // on collectives (the exposed communication: a reduction or gather that overlap did not hide).
+  // Wall time, seconds, on this rank's calling thread. wait_seconds: inside engine calls issuing
+  // collectives and blocked on them (the exposed communication: a reduction or gather that
+  // overlap did not hide, the small all-gathers of step() and init_params).
   // optimizer_seconds: in step() outside such waits (norms, unscale, the shard update, the
-  // 16-bit copy). Together with the trainer's own compute and data time they make up the step.
+  // 16-bit copy), and zeroing (stages 0-1) or allocating (2-3) a unit's gradient buffer at its
+  // first grad() of a micro-batch, the optimizer's zero_grad. Together with the trainer's own compute and data time they make up the step.
   double wait_seconds = 0;
   double optimizer_seconds = 0;
 };

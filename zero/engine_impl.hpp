@@ -2,6 +2,7 @@
 // engine_step.cpp (the optimizer step). Not part of the public API.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -37,6 +38,21 @@ struct Slice {
   comm::ConstView cview() const { return view(); }
 };
 Slice slice(const Allocation& a, DType dtype, std::int64_t offset, std::int64_t count);
+
+// Adds the wall time of its scope to a counter of EngineStats (wait_seconds, optimizer_seconds).
+class ScopeTimer {
+ public:
+  explicit ScopeTimer(double& into) : into_(into), start_(std::chrono::steady_clock::now()) {}
+  ~ScopeTimer() {
+    into_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  ScopeTimer(const ScopeTimer&) = delete;
+  ScopeTimer& operator=(const ScopeTimer&) = delete;
+
+ private:
+  double& into_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 struct Engine::Impl {
   Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec> units, EngineOptions o);
@@ -88,6 +104,9 @@ struct Engine::Impl {
   std::int64_t& applied_steps = stats.applied_steps;
   std::int64_t& skipped_steps = stats.skipped_steps;
   std::int64_t trainer_calls = 0;    // gather() and grad() calls: the trainer computing a unit
+  // Time this thread blocks on a collective (a handle's wait, a blocking collective): every
+  // such wait in the engine sits inside one of these, and none nests inside another.
+  [[nodiscard]] ScopeTimer waiting() { return ScopeTimer(stats.wait_seconds); }
 
   // Element offset of unit u's optimizer-state region (shard or full).
   std::int64_t state_offset(int u) const;

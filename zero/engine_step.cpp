@@ -72,13 +72,23 @@ void check_update_finite(Engine::Impl& s, std::int64_t step_no) {
 StepReport Engine::step() {
   Impl& s = *impl_;
   const auto nu = static_cast<int>(s.layout.units.size());
+  // optimizer_seconds: the whole call less the waits inside it (on every way out of it).
+  struct OptimizerClock {
+    EngineStats& st;
+    const double waited_before = st.wait_seconds;
+    ScopeTimer total{st.optimizer_seconds};
+    ~OptimizerClock() { st.optimizer_seconds -= st.wait_seconds - waited_before; }
+  } const clock{s.stats};
 
   // 1. Every reduction done; no stage-3 prefetch left in flight past the step.
   for (int u = 0; u < nu; ++u) s.finish_reduce(u);
   for (int u = 0; u < nu; ++u) {
     if (s.policy.shard_params && s.unit_state[u] != UnitState::sharded &&
         !s.layout.units[u].persistent) {
-      if (s.gather_handle[u].valid()) s.gather_handle[u].wait();
+      if (s.gather_handle[u].valid()) {
+        const ScopeTimer t = s.waiting();
+        s.gather_handle[u].wait();
+      }
       s.gathered[u].reset();
       s.unit_state[u] = UnitState::sharded;
     }
@@ -269,12 +279,16 @@ std::vector<float> Engine::gather_master(int p) {
                               DType::f32, s.mem()};
   if (s.mem() == comm::Memory::host) {  // an inspection copy: the trainer's memory, not the engine's
     std::vector<float> unit(static_cast<std::size_t>(U.padded_numel));
+    const ScopeTimer t = s.waiting();
     s.world.all_gather(shard, comm::View{unit.data(), unit.size(), DType::f32});
     std::copy_n(unit.begin() + pl.offset, pl.numel, out.begin());
     return out;
   }
   Allocation unit = s.alloc(Category::other, bytes(U.padded_numel, DType::f32));
-  s.world.all_gather(shard, slice(unit, DType::f32, 0, U.padded_numel).view());
+  {
+    const ScopeTimer t = s.waiting();
+    s.world.all_gather(shard, slice(unit, DType::f32, 0, U.padded_numel).view());
+  }
   s.backend->download(out.data(), unit.as<float>().data() + pl.offset, out.size() * sizeof(float));
   return out;
 }
