@@ -1,2 +1,323 @@
-// Placeholder: being written (issue 10).
-int main() { return 77; }
+// gemm_bench: zero's sgemm (kernels/cpu/gemm.hpp, OpenBLAS, 1 thread) against this core's
+// measured fp32 peak (an FMA loop), interleaved rep by rep, and which OpenBLAS kernels ran.
+//
+//   gemm_bench [--reps N] [--sizes 512,2048] [--json FILE]   this process's kernels (fixed as
+//                                                            the zero command fixes them)
+//   gemm_bench --compare [...]   A/B per rep in child processes: A without the fix
+//                                (ZERO_NO_BLAS_FIX=1, OPENBLAS_CORETYPE as given), B with it
+//                                (OPENBLAS_CORETYPE unset, the fix on)
+// A weak kernel can be reproduced on a CPU OpenBLAS detects right with OPENBLAS_CORETYPE=Prescott
+// (as the --compare A side). docs/blas.md has the figures.
+#include <immintrin.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/blas_core.hpp"
+#include "kernels/cpu/gemm.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace cpu = zero::kernels::cpu;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// FMA throughput: 16 independent accumulators cover 4-cycle latency on two FMA ports with room
+// to spare; acc = acc*a + b converges (a < 1), so no overflow or denormals slow it down.
+constexpr int kAcc = 16;
+
+__attribute__((target("avx512f"))) float fma_avx512(long iters) {
+  __m512 acc[kAcc];
+  for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_set1_ps(0.001f * static_cast<float>(j));
+  const __m512 a = _mm512_set1_ps(0.9999f), b = _mm512_set1_ps(1e-4f);
+  for (long i = 0; i < iters; ++i)
+    for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+  __m512 s = acc[0];
+  for (int j = 1; j < kAcc; ++j) s = _mm512_add_ps(s, acc[j]);
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  float t = 0;
+  for (float v : out) t += v;
+  return t;
+}
+
+__attribute__((target("avx2,fma"))) float fma_avx2(long iters) {
+  constexpr int n = 12;  // of 16 ymm registers, leaving a and b
+  __m256 acc[n];
+  for (int j = 0; j < n; ++j) acc[j] = _mm256_set1_ps(0.001f * static_cast<float>(j));
+  const __m256 a = _mm256_set1_ps(0.9999f), b = _mm256_set1_ps(1e-4f);
+  for (long i = 0; i < iters; ++i)
+    for (int j = 0; j < n; ++j) acc[j] = _mm256_fmadd_ps(acc[j], a, b);
+  __m256 s = acc[0];
+  for (int j = 1; j < n; ++j) s = _mm256_add_ps(s, acc[j]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  float t = 0;
+  for (float v : out) t += v;
+  return t;
+}
+
+struct PeakKernel {
+  const char* name;
+  float (*run)(long);
+  double flops_per_iter;
+};
+
+PeakKernel peak_kernel() {
+  if (__builtin_cpu_supports("avx512f")) return {"avx512 fma", fma_avx512, kAcc * 16 * 2.0};
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return {"avx2 fma", fma_avx2, 12 * 8 * 2.0};
+  return {"none", nullptr, 0};
+}
+
+volatile float g_sink;
+
+// GFLOP/s of the FMA loop over about `target_s` seconds.
+double measure_peak(const PeakKernel& k, double target_s) {
+  long iters = 1 << 20;
+  for (;;) {
+    const auto t0 = Clock::now();
+    g_sink = k.run(iters);
+    const double t = seconds_since(t0);
+    if (t >= target_s) return k.flops_per_iter * static_cast<double>(iters) / t / 1e9;
+    iters = static_cast<long>(static_cast<double>(iters) * std::max(2.0, 1.2 * target_s / t));
+  }
+}
+
+struct Matrices {
+  int n;
+  std::vector<float> a, b, c;
+  explicit Matrices(int size) : n(size), a(std::size_t(size) * size), b(a.size()), c(a.size()) {
+    unsigned x = 12345;
+    for (auto* v : {&a, &b})
+      for (float& e : *v)
+        e = static_cast<float>((x = x * 1664525u + 1013904223u) >> 8) * 0x1p-24f - 0.5f;
+  }
+  void gemm() {
+    cpu::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  }
+};
+
+// GFLOP/s of C = A·B over at least `target_s` seconds (whole calls).
+double measure_gemm(Matrices& m, double target_s) {
+  const double flops = 2.0 * m.n * m.n * m.n;
+  int calls = 0;
+  const auto t0 = Clock::now();
+  double t = 0;
+  do {
+    m.gemm();
+    ++calls;
+  } while ((t = seconds_since(t0)) < target_s);
+  return flops * calls / t / 1e9;
+}
+
+double quantile(std::vector<double> v, bool median) {
+  std::sort(v.begin(), v.end());
+  if (v.empty()) return 0;
+  return median ? (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]))
+                : v.front();
+}
+
+struct Options {
+  int reps = 5;
+  std::vector<int> sizes{512, 2048};
+  std::string json;
+  bool compare = false;
+  bool child = false;  // one rep, results as lines "R <size> <gflops> <peak>"
+};
+
+int usage(const char* why) {
+  if (why) std::cerr << "gemm_bench: " << why << "\n";
+  std::cerr << "usage: gemm_bench [--reps N] [--sizes 512,2048] [--json FILE] [--compare]\n";
+  return why ? 2 : 0;
+}
+
+// One measured rep: the peak, then each size, then the peak again (the ratio uses their mean,
+// so a frequency change in the middle shows up in both).
+struct Rep {
+  double peak = 0;
+  std::vector<double> gflops;
+};
+
+Rep run_rep(const PeakKernel& k, std::vector<Matrices>& mats) {
+  Rep r;
+  const double p0 = measure_peak(k, 0.2);
+  for (auto& m : mats) r.gflops.push_back(measure_gemm(m, m.n >= 1024 ? 0.5 : 0.3));
+  r.peak = 0.5 * (p0 + measure_peak(k, 0.2));
+  return r;
+}
+
+struct Series {
+  std::string label, kernel, source;
+  std::vector<double> peak;
+  std::map<int, std::vector<double>> gflops, ratio;
+};
+
+void print_series(const Series& s, const std::vector<int>& sizes) {
+  std::printf("%-8s kernels %-12s (%s)  peak GFLOP/s min %.1f median %.1f\n", s.label.c_str(),
+              s.kernel.c_str(), s.source.c_str(), quantile(s.peak, false), quantile(s.peak, true));
+  for (int n : sizes)
+    std::printf("%-8s sgemm %5d  GFLOP/s min %6.1f median %6.1f   of peak min %.3f median %.3f\n",
+                s.label.c_str(), n, quantile(s.gflops.at(n), false), quantile(s.gflops.at(n), true),
+                quantile(s.ratio.at(n), false), quantile(s.ratio.at(n), true));
+}
+
+std::string series_json(const Series& s, const std::vector<int>& sizes) {
+  std::ostringstream o;
+  o << "{\"label\":\"" << s.label << "\",\"kernel\":\"" << s.kernel << "\",\"source\":\""
+    << s.source << "\",\"peak_gflops\":{\"min\":" << quantile(s.peak, false)
+    << ",\"median\":" << quantile(s.peak, true) << "},\"sgemm\":[";
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const int n = sizes[i];
+    o << (i ? "," : "") << "{\"n\":" << n
+      << ",\"gflops\":{\"min\":" << quantile(s.gflops.at(n), false)
+      << ",\"median\":" << quantile(s.gflops.at(n), true)
+      << "},\"ratio_to_peak\":{\"min\":" << quantile(s.ratio.at(n), false)
+      << ",\"median\":" << quantile(s.ratio.at(n), true) << "}}";
+  }
+  o << "]}";
+  return o.str();
+}
+
+void add(Series& s, const Rep& r, const std::vector<int>& sizes) {
+  s.peak.push_back(r.peak);
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    s.gflops[sizes[i]].push_back(r.gflops[i]);
+    s.ratio[sizes[i]].push_back(r.gflops[i] / r.peak);
+  }
+}
+
+// Runs this program as a child with one rep in the environment of side A or B; fills `s`.
+bool run_child(bool fixed, const Options& o, Series& s) {
+  std::string sizes;
+  for (int n : o.sizes) {
+    if (!sizes.empty()) sizes += ',';
+    sizes += std::to_string(n);
+  }
+  std::string cmd;
+  if (fixed)
+    cmd = "env -u OPENBLAS_CORETYPE -u ZERO_NO_BLAS_FIX -u ZERO_BLAS_FIX_APPLIED ";
+  else
+    cmd = "env -u ZERO_BLAS_FIX_APPLIED ZERO_NO_BLAS_FIX=1 ";
+  char self[4096] = {};
+  if (readlink("/proc/self/exe", self, sizeof self - 1) <= 0) return false;
+  cmd += std::string("'") + self + "' --child --sizes " + sizes;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return false;
+  char line[512];
+  Rep r;
+  while (std::fgets(line, sizeof line, p)) {
+    char kernel[128] = {}, source[32] = {};
+    double g = 0, peak = 0;
+    int n = 0;
+    if (std::sscanf(line, "K %127s %31s", kernel, source) == 2) {
+      s.kernel = kernel;
+      s.source = source;
+    } else if (std::sscanf(line, "R %d %lf %lf", &n, &g, &peak) == 3) {
+      r.gflops.push_back(g);
+      r.peak = peak;
+    }
+  }
+  if (pclose(p) != 0 || r.gflops.size() != o.sizes.size()) return false;
+  add(s, r, o.sizes);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cpu::fix_blas_coretype(argc, argv);  // as the zero command does; ZERO_NO_BLAS_FIX=1: without
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--reps") {
+      o.reps = std::atoi(value().c_str());
+      if (o.reps < 1) return usage("--reps needs a positive count");
+    } else if (a == "--sizes") {
+      o.sizes.clear();
+      std::stringstream ss(value());
+      for (std::string t; std::getline(ss, t, ',');)
+        if (int n = std::atoi(t.c_str()); n > 0)
+          o.sizes.push_back(n);
+        else
+          return usage("--sizes needs positive sizes separated by commas, e.g. 512,2048");
+      if (o.sizes.empty()) return usage("--sizes needs at least one size");
+    } else if (a == "--json") {
+      o.json = value();
+      if (o.json.empty()) return usage("--json needs a file name");
+    } else if (a == "--compare") {
+      o.compare = true;
+    } else if (a == "--child") {
+      o.child = true;
+    } else if (a == "-h" || a == "--help") {
+      return usage(nullptr);
+    } else {
+      return usage(("unknown option '" + a + "'").c_str());
+    }
+  }
+  const PeakKernel k = peak_kernel();
+  if (!k.run) {
+    std::cerr << "gemm_bench: this CPU has neither AVX-512 nor AVX2+FMA; no peak to compare\n";
+    return 77;
+  }
+  std::vector<Series> series;
+  if (o.compare) {
+    series = {Series{"without", "", "", {}, {}, {}}, Series{"with", "", "", {}, {}, {}}};
+    for (int rep = 0; rep < o.reps; ++rep)
+      for (int side = 0; side < 2; ++side)
+        if (!run_child(side == 1, o, series[side])) {
+          std::cerr << "gemm_bench: a child run failed\n";
+          return 1;
+        }
+  } else {
+    std::vector<Matrices> mats;
+    for (int n : o.sizes) mats.emplace_back(n);
+    for (auto& m : mats) m.gemm();  // warm up: pages, OpenBLAS's buffers
+    const cpu::BlasCoreStatus st = cpu::blas_core_status();
+    Series s{"this", st.running, std::string(cpu::name_of(st.source)), {}, {}, {}};
+    for (int rep = 0; rep < (o.child ? 1 : o.reps); ++rep) {
+      const Rep r = run_rep(k, mats);
+      if (o.child) {
+        std::printf("K %s %s\n", s.kernel.c_str(), s.source.c_str());
+        for (std::size_t i = 0; i < o.sizes.size(); ++i)
+          std::printf("R %d %.6f %.6f\n", o.sizes[i], r.gflops[i], r.peak);
+        return 0;
+      }
+      add(s, r, o.sizes);
+    }
+    series.push_back(s);
+  }
+  const cpu::BlasCoreStatus st = cpu::blas_core_status();
+  std::printf(
+      "gemm_bench: %s, 1 thread, peak by %s, %d reps (each: peak, sizes, peak); "
+      "this CPU's best core: %s\n",
+      st.library.c_str(), k.name, o.reps, st.best.c_str());
+  for (const auto& s : series) print_series(s, o.sizes);
+  if (!o.json.empty()) {
+    std::ofstream f(o.json);
+    f << "{\"bench\":\"gemm\",\"library\":\"" << st.library << "\",\"best_core\":\"" << st.best
+      << "\",\"peak_kernel\":\"" << k.name << "\",\"reps\":" << o.reps << ",\"series\":[";
+    for (std::size_t i = 0; i < series.size(); ++i)
+      f << (i ? "," : "") << series_json(series[i], o.sizes);
+    f << "]}\n";
+    if (!f) {
+      std::cerr << "gemm_bench: could not write " << o.json << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}

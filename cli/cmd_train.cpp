@@ -20,6 +20,7 @@
 #include "cli/launch.hpp"
 #include "cli/options.hpp"
 #include "comm/nccl_communicator.hpp"
+#include "kernels/cpu/blas_core.hpp"
 #include "kernels/cuda/device.hpp"
 #include "models/mlp.hpp"
 #include "zero/zero.hpp"
@@ -380,6 +381,11 @@ int cmd_train(const Args& argv) {
   if (rank == 0) {
     for (const auto& w : config.warnings) std::cerr << "zero train: warning: " << w << '\n';
     for (const auto& line : auto_fill_lines(config, "zero train")) std::cout << line << '\n';
+    // The one case the first gemm is silent about (kernels/cpu/gemm.hpp): the environment chose
+    // weaker kernels than this CPU's, which zero respects.
+    if (const auto blas = kernels::cpu::blas_core_status();
+        !on_gpu && blas.source == kernels::cpu::CoretypeSource::user && !blas.warning.empty())
+      std::cerr << "zero train: warning: " << blas.warning << '\n';
     if (config.zero.stage > 0 && n == 1)
       std::cerr << "zero train: warning: stage " << config.zero.stage
                 << " at 1 rank shards nothing (every state stays whole on the one rank); run with "

@@ -131,6 +131,11 @@ void ensure_ranks(int ranks, const std::vector<std::string>& argv) {
   std::vector<std::string> args = {mpirun, "-q", "-n", std::to_string(ranks), "--bind-to", "none"};
   if (static_cast<unsigned>(ranks) > std::thread::hardware_concurrency())
     args.push_back("--oversubscribe");
+  // OpenBLAS reads it once, at load, on every node: ranks on other nodes get it only if passed.
+  if (env("OPENBLAS_CORETYPE")) {
+    args.push_back("-x");
+    args.push_back("OPENBLAS_CORETYPE");
+  }
   args.push_back(self);
   args.insert(args.end(), argv.begin() + 1, argv.end());
 

@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 #include <sstream>
 
+#include "kernels/cpu/blas_core.hpp"
 #include "precision/simd.hpp"
 #include "zero_build_config.hpp"
 
@@ -15,17 +16,16 @@
 #include <nccl.h>
 #endif
 
-extern "C" char* openblas_get_config(void);
-extern "C" char* openblas_get_corename(void);
-
 namespace zero {
 namespace {
 
+#if ZERO_HAVE_CUDA  // the CUDA libraries' versions only
 std::string dotted(int v, int major_div, int minor_div, int minor_mod) {
   std::ostringstream s;
   s << v / major_div << '.' << (v / minor_div) % minor_mod;
   return s.str();
 }
+#endif
 
 std::string mpi_library() {
   char buf[MPI_MAX_LIBRARY_VERSION_STRING] = {};
@@ -94,7 +94,13 @@ BuildInfo build_info() {
   info.cublaslt_version = dotted(static_cast<int>(cublasLtGetVersion()), 10000, 100, 100);
 #endif
   info.mpi_library = mpi_library();
-  info.blas = std::string("OpenBLAS (") + openblas_get_corename() + ")";
+  const kernels::cpu::BlasCoreStatus blas = kernels::cpu::blas_core_status();
+  info.blas = "OpenBLAS (" + blas.running + ")";
+  info.blas_library = blas.library;
+  info.blas_core = blas.running;
+  info.blas_core_best = blas.best;
+  info.blas_core_source = kernels::cpu::name_of(blas.source);
+  info.blas_warning = blas.warning;
   info.simd_paths = simd_paths(cpu_features());
   find_gpus(info);
   return info;
@@ -118,7 +124,13 @@ std::string to_text(const BuildInfo& i) {
     row("cuBLASLt", i.cublaslt_version);
   }
   row("MPI", i.mpi_library);
-  row("BLAS", i.blas);
+  row("BLAS", i.blas_library);
+  const std::string chosen = i.blas_core_source == "user"   ? "OPENBLAS_CORETYPE set by the user"
+                             : i.blas_core_source == "zero" ? "OPENBLAS_CORETYPE set by zero"
+                                                            : "detected by OpenBLAS";
+  row("BLAS kernels", i.blas_core + " (" + chosen + "); this CPU's best: " +
+                          (i.blas_core_best.empty() ? "-" : i.blas_core_best));
+  if (!i.blas_warning.empty()) row("BLAS warning", i.blas_warning);
   std::string simd;
   for (const auto& p : i.simd_paths) simd += (simd.empty() ? "" : ", ") + p;
   row("SIMD", simd);
@@ -156,6 +168,11 @@ std::string to_json(const BuildInfo& i) {
                         {"cublaslt_version", i.cublaslt_version},
                         {"mpi_library", i.mpi_library},
                         {"blas", i.blas},
+                        {"blas_library", i.blas_library},
+                        {"blas_core", i.blas_core},
+                        {"blas_core_best", i.blas_core_best},
+                        {"blas_core_source", i.blas_core_source},
+                        {"blas_warning", i.blas_warning},
                         {"simd_paths", simd},
                         {"gpus", gpus},
                         {"gpu_note", i.gpu_note}};

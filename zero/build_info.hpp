@@ -26,7 +26,12 @@ struct BuildInfo {
   std::string nccl_version;            // empty unless cuda_compiled
   std::string cublaslt_version;        // empty unless cuda_compiled
   std::string mpi_library;             // MPI_Get_library_version, first line
-  std::string blas;                    // the CPU BLAS and its core
+  std::string blas;                    // the CPU BLAS and its core, e.g. "OpenBLAS (SkylakeX)"
+  std::string blas_library;            // e.g. "OpenBLAS 0.3.21"
+  std::string blas_core;               // the core kernels running (openblas_get_corename)
+  std::string blas_core_best;          // the strongest core this CPU can run (docs/blas.md)
+  std::string blas_core_source;        // who chose blas_core: "detected", "user" or "zero"
+  std::string blas_warning;            // one sentence when blas_core is weaker, else empty
   std::vector<std::string> simd_paths; // SIMD paths this CPU supports, best first
   std::vector<GpuInfo> gpus;           // GPUs found (empty without a GPU or a driver)
   std::string gpu_note;                // why no GPU was found, if none was

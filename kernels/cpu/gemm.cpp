@@ -3,8 +3,13 @@
 
 #include <cblas.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <string>
 
+#include "kernels/cpu/blas_core.hpp"
 #include "zero/error.hpp"
 
 namespace zero::kernels::cpu {
@@ -17,8 +22,24 @@ std::once_flag& threads_once() {
   return flag;
 }
 
+// Once per process, before the first GEMM: a program that did not call fix_blas_coretype (or
+// whose fix did not take) learns that OpenBLAS runs weaker kernels than the CPU has. Silent when
+// the user chose the core (OPENBLAS_CORETYPE) or turned the fix off (ZERO_NO_BLAS_FIX).
+void warn_weak_kernels() {
+  const BlasCoreStatus s = blas_core_status();
+  if (s.warning.empty() || s.source == CoretypeSource::user || s.fix_disabled) return;
+  // Every rank of a job runs the same kernels: the first one says it for all.
+  for (const char* rank_var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* r = std::getenv(rank_var); r != nullptr && std::strcmp(r, "0") != 0) return;
+  const std::string line = "zero: warning: " + s.warning + '\n';
+  std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
 void default_threads() {
-  std::call_once(threads_once(), [] { openblas_set_num_threads(1); });
+  std::call_once(threads_once(), [] {
+    openblas_set_num_threads(1);
+    warn_weak_kernels();
+  });
 }
 
 }  // namespace

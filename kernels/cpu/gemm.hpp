@@ -2,6 +2,8 @@
 // models' linear layers.
 #pragma once
 
+#include "kernels/cpu/blas_core.hpp"  // fix_blas_coretype: OpenBLAS's kernels for this CPU
+
 namespace zero::kernels::cpu {
 
 // C = alpha · op(A) · op(B) + beta · C, all row-major; op(X) = Xᵀ when trans_x. op(A) is m×k,
@@ -11,6 +13,9 @@ namespace zero::kernels::cpu {
 // per CPU); it is used for model math, never for optimizer state.
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
+
+// The first call also prints one line on stderr when OpenBLAS runs weaker kernels than this CPU
+// can (kernels/cpu/blas_core.hpp), unless OPENBLAS_CORETYPE or ZERO_NO_BLAS_FIX was set.
 
 // Threads OpenBLAS may use in this process. gemm() sets 1 on first use unless this was called
 // first: ranks are processes sharing the cores, and a BLAS thread pool per rank oversubscribes.
