@@ -84,7 +84,10 @@ class MpiCommunicator final : public Communicator {
     link_.patience.timeout_s = options.timeout_seconds;
     link_.chunk_bytes = options.chunk_bytes;
     link_.depth = options.pipeline_depth;
-    thread_ = std::thread([this] { run(); });
+    thread_ = std::thread([this] {
+      mpi::use_short_time_slices();  // it hands messages on as soon as it wakes (see there)
+      run();
+    });
     // Named, so that gdb, top -H and the fault tests can tell it apart ("zero-comm").
     pthread_setname_np(thread_.native_handle(), "zero-comm");
   }

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -79,19 +80,65 @@ class Request {
   Kind kind_ = Kind::send;
 };
 
-// How long a wait may take, and how long it polls without giving up the core (see wait()).
+// How long a wait may take, and how it waits: it polls MPI_Test, spinning for spin_s, then
+// yielding the core between polls until yield_s, then sleeping between polls (sleep_min_s at
+// first, twice as long each time up to sleep_max_s: an absent or stalled peer).
+// Why yield and not sleep: Open MPI's shared memory moves a message only while both ranks are
+// inside MPI, and a sleep lasts at least Linux's timer slack (50 us), so sleeping from the start
+// made every step slower, idle or loaded (bench/oversubscribed.py, 4 ranks on 2 cores: 8.3 ms
+// instead of 4.4 idle, 56 instead of 18 loaded). What makes yielding hold up under load is the
+// short time slice (see use_short_time_slices): without it a yielded core goes to a busy
+// process for a whole slice, and the same job ran at 104 ms/step instead of 18.
+// Why no spin first: with short slices a yield on an idle core returns at once, so spinning
+// bought nothing measurable idle and cost the peers their core when ranks outnumber cores.
 struct Patience {
   double timeout_s = 600;
-  // Spin this long before yielding: longer than one message takes to arrive on a loaded machine,
-  // so that a streaming transfer keeps its core. (Yielding at once when ranks outnumber cores,
-  // as Open MPI does, measured slower here: 4 ranks on 2 busy cores, 4 KiB to 256 KiB.)
-  double spin_s = 2e-3;
+  double spin_s = 0;
+  double yield_s = 50e-3;
+  double sleep_min_s = 10e-6;
+  double sleep_max_s = 200e-6;
 };
 
-// Blocks until r completes, polling MPI_Test: spinning for patience.spin_s, then yielding the
-// core between polls, and sleeping briefly between polls after 50 ms (an absent or stalled
-// peer). Throws TimeoutError "timed out after T s waiting for <what> [rank <peer>]" if r does
-// not complete within patience.timeout_s seconds (peer < 0: no rank is named).
+// Asks Linux (6.12 and later: EEVDF's per-task slice, sched_setattr's sched_runtime for
+// SCHED_OTHER) for the shortest time slice, 100 us, for the calling thread and the threads and
+// processes it starts afterwards. A rank that wakes up or is handed a yielded core then preempts
+// a process that computes instead of waiting for its slice (about 3 ms here) to end: on a loaded
+// or oversubscribed machine a collective is a chain of such hand-offs between ranks. Its CPU
+// share is unchanged (EEVDF shares time by weight, not by slice). Returns false, changing
+// nothing, where the kernel refuses it; older kernels accept and ignore it.
+bool use_short_time_slices();
+
+// The schedule of one wait, as plain arithmetic so that it can be tested without MPI.
+class Backoff {
+ public:
+  enum class Step { spin, yield, sleep };
+  explicit Backoff(const Patience& p) : p_(p) {}
+  // What to do before the next poll after waiting `waited` seconds; for Step::sleep, how long
+  // is sleep_seconds() (sleep_min_s, doubling on each sleep up to sleep_max_s, never past the
+  // timeout, so that the wait gives up on time).
+  Step next(double waited) {
+    if (waited < p_.spin_s) return Step::spin;
+    if (waited < p_.yield_s) return Step::yield;
+    const double left = p_.timeout_s - waited;
+    sleep_ = left < next_ ? (left > 0 ? left : 0) : next_;
+    next_ = next_ * 2 < p_.sleep_max_s ? next_ * 2 : p_.sleep_max_s;
+    return Step::sleep;
+  }
+  double sleep_seconds() const { return sleep_; }
+
+ private:
+  Patience p_;
+  double next_ = p_.sleep_min_s;
+  double sleep_ = 0;
+};
+
+// Polls done() until it returns true, following Backoff(patience); throws TimeoutError
+// "timed out after T s waiting for <what> [rank <peer>]" past patience.timeout_s (peer < 0: no
+// rank is named). What wait() and wait_all() run; a function of its own for the tests.
+void poll_until(const std::function<bool()>& done, const Patience& patience,
+                std::string_view what, int peer = -1);
+
+// Blocks until r completes (poll_until over MPI_Test, which also drives MPI's progress engine).
 void wait(Request& r, const Patience& patience, std::string_view what, int peer = -1);
 // The same for every request of rs (each is tested in turn, which also drives progress). After a
 // TimeoutError, the requests that completed are exactly those no longer pending().
