@@ -19,6 +19,7 @@
 #include "cli/fill_auto.hpp"
 #include "cli/launch.hpp"
 #include "cli/options.hpp"
+#include "cli/train_report.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "kernels/cpu/blas_core.hpp"
 #include "kernels/cuda/device.hpp"
@@ -258,53 +259,6 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   return run;
 }
 
-// Where one step's wall time went on this rank: the trainer's math (compute), making samples
-// (data), communication (wait: EngineStats::wait_seconds and the loss all-reduce), the engine's
-// optimizer time outside its waits, and the rest (other: engine bookkeeping, loop overhead), so
-// that the five parts add up to the total exactly.
-struct StepSplit {
-  double total = 0, compute = 0, wait = 0, optimizer = 0, data = 0, other = 0;
-  StepSplit& operator+=(const StepSplit& o) {
-    total += o.total, compute += o.compute, wait += o.wait, optimizer += o.optimizer,
-        data += o.data;
-    return *this;
-  }
-  StepSplit mean(double n) const {
-    StepSplit m{total / n, compute / n, wait / n, optimizer / n, data / n};
-    m.other = m.total - (m.compute + m.wait + m.optimizer + m.data);
-    if (m.other < 0) m.compute += m.other, m.other = 0;  // clock rounding, never more
-    return m;
-  }
-};
-
-// The engine's and the trainer's clocks at one moment.
-struct Clocks {
-  std::chrono::steady_clock::time_point at;
-  models::MlpTrainer::Times trainer;
-  EngineStats engine;
-  StepSplit since(const Clocks& before, double loss_wait) const {
-    return {std::chrono::duration<double>(at - before.at).count(),
-            trainer.compute_seconds - before.trainer.compute_seconds,
-            engine.wait_seconds - before.engine.wait_seconds + loss_wait,
-            engine.optimizer_seconds - before.engine.optimizer_seconds,
-            trainer.data_seconds - before.trainer.data_seconds};
-  }
-};
-
-comm::Accounting minus(comm::Accounting a, const comm::Accounting& b) {
-  for (std::size_t i = 0; i < comm::kOpCount; ++i) {
-    a.ops[i].calls -= b.ops[i].calls;
-    a.ops[i].payload_bytes -= b.ops[i].payload_bytes;
-    a.ops[i].wire_bytes -= b.ops[i].wire_bytes;
-    a.ops[i].seconds -= b.ops[i].seconds;
-  }
-  return a;
-}
-
-struct StepRecord {
-  double loss = 0, seconds = 0, grad_norm = 0;
-};
-
 }  // namespace
 
 int cmd_train(const Args& argv) {
@@ -410,15 +364,8 @@ int cmd_train(const Args& argv) {
   engine.reset_comm_accounting();
   double loss = 0, first_loss = 0;
   std::int64_t skipped = 0;
-  // The steady state leaves out the first step (first touches of every buffer, the
-  // communicator's staging growing), as a PyTorch or DeepSpeed benchmark would warm up.
-  StepSplit measured;
-  comm::Accounting acct_first;
-  std::vector<StepRecord> history;
-  history.reserve(static_cast<std::size_t>(steps));
-  auto clocks = [&] { return Clocks{std::chrono::steady_clock::now(), trainer.times(), engine.stats()}; };
-  Clocks last = clocks();
-  const auto t0 = last.at;
+  StepClock clock(trainer, engine, steps);
+  const auto t0 = std::chrono::steady_clock::now();
   for (std::int64_t s = 0; s < steps; ++s) {
     double local = 0;
     for (std::int64_t k = 0; k < accum; ++k)
@@ -430,12 +377,7 @@ int cmd_train(const Args& argv) {
     const double loss_wait =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_at).count();
     loss = local / (static_cast<double>(n) * accum);
-    const Clocks now = clocks();
-    const StepSplit split = now.since(last, loss_wait);
-    last = now;
-    if (s == 0) acct_first = engine.comm_accounting();
-    if (s > 0 || steps == 1) measured += split;
-    history.push_back({loss, split.total, rep.grad_norm});
+    clock.step_done(s, loss, rep.grad_norm, loss_wait);
     if (s == 0) first_loss = loss;
     if (rank == 0 && (s % log_every == 0 || s + 1 == steps))
       std::printf("step %4lld  loss %.6f  grad-norm %.4f  lr %.3g%s%s\n", static_cast<long long>(s + 1),
@@ -445,10 +387,7 @@ int cmd_train(const Args& argv) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const comm::Accounting acct = engine.comm_accounting();
-  const std::int64_t measured_steps = steps > 1 ? steps - 1 : 1;
-  const StepSplit split_mean = measured.mean(static_cast<double>(measured_steps));
-  const comm::Accounting acct_measured = steps > 1 ? minus(acct, acct_first) : acct;
-  const double samples_per_second = static_cast<double>(global_batch) / split_mean.total;
+  const Throughput throughput = clock.result(global_batch);
   // Memory of every rank, gathered to all (each rank's ledger is its own); read before the
   // checksum, whose gathers are inspection, not training.
   const MemoryReport mem = engine.memory();
@@ -506,29 +445,7 @@ int cmd_train(const Args& argv) {
                 human_bytes(double(acct[comm::Op::all_reduce].payload_bytes) / steps).c_str(),
                 human_bytes(double(acct[comm::Op::reduce_scatter].payload_bytes) / steps).c_str(),
                 human_bytes(double(acct[comm::Op::all_gather].payload_bytes) / steps).c_str());
-    std::printf("\nthroughput: %.1f samples/s (%s)\n", samples_per_second,
-                steps > 1 ? cat("steady state: steps 2-", steps, ", the first step left out").c_str()
-                          : "one step: the first step is all there is");
-    std::printf("step time (rank 0): %.2f ms =", 1e3 * split_mean.total);
-    const std::pair<const char*, double> parts[] = {
-        {"compute", split_mean.compute}, {"wait", split_mean.wait}, {"optimizer", split_mean.optimizer},
-        {"data", split_mean.data}, {"other", split_mean.other}};
-    for (std::size_t i = 0; i < std::size(parts); ++i)
-      std::printf("%s %s %.2f ms (%.1f%%)", i ? " +" : "", parts[i].first, 1e3 * parts[i].second,
-                  split_mean.total > 0 ? 100.0 * parts[i].second / split_mean.total : 0.0);
-    std::printf("\n  (wait: issuing collectives and blocked on what overlap did not hide; optimizer: "
-                "step() and zeroing gradients; other: the rest)\n");
-    std::printf("collectives per step (rank 0)  %8s %12s %12s %12s\n", "calls", "payload", "wire",
-                "in flight");
-    const double ms = static_cast<double>(measured_steps);
-    for (std::size_t i = 0; i < comm::kOpCount; ++i) {
-      const comm::OpStats& o = acct_measured.ops[i];
-      if (o.calls == 0) continue;
-      std::printf("  %-28s %8.1f %12s %12s %9.2f ms\n",
-                  std::string(comm::name_of(static_cast<comm::Op>(i))).c_str(), double(o.calls) / ms,
-                  human_bytes(double(o.payload_bytes) / ms).c_str(),
-                  human_bytes(double(o.wire_bytes) / ms).c_str(), 1e3 * o.seconds / ms);
-    }
+    print_throughput(throughput, human_bytes);
   }
 
   if (rank == 0 && !f.json_file.empty()) {
@@ -569,29 +486,8 @@ int cmd_train(const Args& argv) {
         {"comm_wire_bytes", {{"all_reduce", wire(comm::Op::all_reduce)},
                              {"reduce_scatter", wire(comm::Op::reduce_scatter)},
                              {"all_gather", wire(comm::Op::all_gather)}}},
-        {"measured_steps", measured_steps},
-        {"samples_per_second", samples_per_second},
-        {"step_time", {{"total", split_mean.total}, {"compute", split_mean.compute},
-                       {"wait", split_mean.wait}, {"optimizer", split_mean.optimizer},
-                       {"data", split_mean.data}, {"other", split_mean.other}}},
-        {"collectives", [&] {
-           boost::json::object o;
-           for (std::size_t i = 0; i < comm::kOpCount; ++i) {
-             const comm::OpStats& op = acct_measured.ops[i];
-             o[comm::name_of(static_cast<comm::Op>(i))] = {
-                 {"calls", op.calls}, {"payload_bytes", op.payload_bytes},
-                 {"wire_bytes", op.wire_bytes}, {"seconds", op.seconds}};
-           }
-           return o;
-         }()},
-        {"history", [&] {
-           boost::json::array a;
-           for (std::size_t i = 0; i < history.size(); ++i)
-             a.push_back({{"step", static_cast<std::int64_t>(i + 1)}, {"loss", history[i].loss},
-                          {"seconds", history[i].seconds}, {"grad_norm", history[i].grad_norm}});
-           return a;
-         }()},
     };
+    add_throughput_json(j, throughput);
     std::ofstream out(f.json_file);
     if (!out) throw Error(cat("cannot write ", f.json_file));
     out << boost::json::serialize(j) << '\n';

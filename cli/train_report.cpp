@@ -1,0 +1,129 @@
+// The train report (cli/train_report.hpp).
+#include "cli/train_report.hpp"
+
+#include <cstdio>
+#include <iterator>
+#include <utility>
+
+namespace zero::cli {
+namespace {
+
+double seconds_between(std::chrono::steady_clock::time_point a,
+                       std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+comm::Accounting minus(comm::Accounting a, const comm::Accounting& b) {
+  for (std::size_t i = 0; i < comm::kOpCount; ++i) {
+    a.ops[i].calls -= b.ops[i].calls;
+    a.ops[i].payload_bytes -= b.ops[i].payload_bytes;
+    a.ops[i].wire_bytes -= b.ops[i].wire_bytes;
+    a.ops[i].seconds -= b.ops[i].seconds;
+  }
+  return a;
+}
+
+}  // namespace
+
+StepClock::StepClock(const models::MlpTrainer& trainer, const Engine& engine, std::int64_t steps)
+    : trainer_(trainer), engine_(engine), steps_(steps), last_(read()) {
+  history_.reserve(static_cast<std::size_t>(steps));
+}
+
+StepClock::Reading StepClock::read() const {
+  return {std::chrono::steady_clock::now(), trainer_.times(), engine_.stats()};
+}
+
+double StepClock::step_done(std::int64_t s, double loss, double grad_norm, double loss_wait) {
+  const Reading now = read();
+  const StepSplit d{seconds_between(last_.at, now.at),
+                    now.trainer.compute_seconds - last_.trainer.compute_seconds,
+                    now.engine.wait_seconds - last_.engine.wait_seconds + loss_wait,
+                    now.engine.optimizer_seconds - last_.engine.optimizer_seconds,
+                    now.trainer.data_seconds - last_.trainer.data_seconds};
+  last_ = now;
+  if (s == 0) after_first_ = engine_.comm_accounting();
+  if (s > 0 || steps_ == 1) {
+    sum_.total += d.total, sum_.compute += d.compute, sum_.wait += d.wait;
+    sum_.optimizer += d.optimizer, sum_.data += d.data;
+  }
+  history_.push_back({loss, d.total, grad_norm});
+  return d.total;
+}
+
+Throughput StepClock::result(std::int64_t global_batch) const {
+  Throughput t;
+  t.steps = steps_;
+  t.measured_steps = steps_ > 1 ? steps_ - 1 : 1;
+  const double n = static_cast<double>(t.measured_steps);
+  StepSplit& m = t.step;
+  m = {sum_.total / n, sum_.compute / n, sum_.wait / n, sum_.optimizer / n, sum_.data / n, 0};
+  // The parts are read inside the total, so the rest is >= 0 but for clock rounding.
+  m.other = m.total - (m.compute + m.wait + m.optimizer + m.data);
+  if (m.other < 0) m.compute += m.other, m.other = 0;
+  t.samples_per_second = m.total > 0 ? static_cast<double>(global_batch) / m.total : 0;
+  const comm::Accounting all = engine_.comm_accounting();
+  t.collectives = steps_ > 1 ? minus(all, after_first_) : all;
+  t.history = history_;
+  return t;
+}
+
+void print_throughput(const Throughput& t, std::string (*human_bytes)(double)) {
+  if (t.steps > 1)
+    std::printf("\nthroughput: %.1f samples/s (steady state: steps 2-%lld, the first step left "
+                "out)\n",
+                t.samples_per_second, static_cast<long long>(t.steps));
+  else
+    std::printf("\nthroughput: %.1f samples/s (one step: the first step is all there is)\n",
+                t.samples_per_second);
+  const StepSplit& s = t.step;
+  std::printf("step time (rank 0): %.2f ms =", 1e3 * s.total);
+  const std::pair<const char*, double> parts[] = {{"compute", s.compute},
+                                                  {"wait", s.wait},
+                                                  {"optimizer", s.optimizer},
+                                                  {"data", s.data},
+                                                  {"other", s.other}};
+  for (std::size_t i = 0; i < std::size(parts); ++i)
+    std::printf("%s %s %.2f ms (%.1f%%)", i ? " +" : "", parts[i].first, 1e3 * parts[i].second,
+                s.total > 0 ? 100.0 * parts[i].second / s.total : 0.0);
+  std::printf("\n  (wait: issuing collectives and blocked on what overlap did not hide; optimizer: "
+              "step() and zeroing gradients; other: the rest)\n");
+  std::printf("collectives per step (rank 0)  %8s %12s %12s %12s\n", "calls", "payload", "wire",
+              "in flight");
+  const double n = static_cast<double>(t.measured_steps);
+  for (std::size_t i = 0; i < comm::kOpCount; ++i) {
+    const comm::OpStats& o = t.collectives.ops[i];
+    if (o.calls == 0) continue;
+    std::printf("  %-28s %8.1f %12s %12s %9.2f ms\n",
+                std::string(comm::name_of(static_cast<comm::Op>(i))).c_str(),
+                static_cast<double>(o.calls) / n,
+                human_bytes(static_cast<double>(o.payload_bytes) / n).c_str(),
+                human_bytes(static_cast<double>(o.wire_bytes) / n).c_str(), 1e3 * o.seconds / n);
+  }
+}
+
+void add_throughput_json(boost::json::object& j, const Throughput& t) {
+  const StepSplit& s = t.step;
+  j["measured_steps"] = t.measured_steps;
+  j["samples_per_second"] = t.samples_per_second;
+  j["step_time"] = {{"total", s.total},         {"compute", s.compute}, {"wait", s.wait},
+                    {"optimizer", s.optimizer}, {"data", s.data},       {"other", s.other}};
+  boost::json::object ops;
+  for (std::size_t i = 0; i < comm::kOpCount; ++i) {
+    const comm::OpStats& o = t.collectives.ops[i];
+    ops[comm::name_of(static_cast<comm::Op>(i))] = {{"calls", o.calls},
+                                                    {"payload_bytes", o.payload_bytes},
+                                                    {"wire_bytes", o.wire_bytes},
+                                                    {"seconds", o.seconds}};
+  }
+  j["collectives"] = std::move(ops);
+  boost::json::array history;
+  for (std::size_t i = 0; i < t.history.size(); ++i)
+    history.push_back({{"step", static_cast<std::int64_t>(i + 1)},
+                       {"loss", t.history[i].loss},
+                       {"seconds", t.history[i].seconds},
+                       {"grad_norm", t.history[i].grad_norm}});
+  j["history"] = std::move(history);
+}
+
+}  // namespace zero::cli

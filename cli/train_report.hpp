@@ -1,0 +1,70 @@
+// What `zero train` reports beside a PyTorch or DeepSpeed run (docs/benchmarks.md, "The train
+// report"): samples/s over the steady state, where each step's time went, the collectives per
+// step, and a per-step history.
+#pragma once
+
+#include <boost/json.hpp>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/mlp.hpp"
+#include "zero/zero.hpp"
+
+namespace zero::cli {
+
+// Where one step's wall time went on this rank: the trainer's math (compute), making samples
+// (data), communication (wait: EngineStats::wait_seconds and the loss all-reduce), the engine's
+// optimizer time outside its waits, and the rest (other: engine bookkeeping, loop overhead), so
+// that the five parts add up to the total exactly.
+struct StepSplit {
+  double total = 0, compute = 0, wait = 0, optimizer = 0, data = 0, other = 0;
+};
+
+struct StepRecord {
+  double loss = 0, seconds = 0, grad_norm = 0;
+};
+
+// The steady state of a run: every step but the first (first touches of every buffer, the
+// communicator's staging growing), as a PyTorch or DeepSpeed benchmark would warm up; a 1-step
+// run measures that step.
+struct Throughput {
+  std::int64_t steps = 0, measured_steps = 0;
+  double samples_per_second = 0;
+  StepSplit step;            // means over the measured steps
+  comm::Accounting collectives;  // totals over the measured steps
+  std::vector<StepRecord> history;  // every step, the first included
+};
+
+// Reads the trainer's and the engine's clocks around each step of a training loop.
+class StepClock {
+ public:
+  StepClock(const models::MlpTrainer& trainer, const Engine& engine, std::int64_t steps);
+  // After step s (from 0) has ended; loss_wait: seconds the loop spent in its loss all-reduce.
+  // Returns the step's seconds.
+  double step_done(std::int64_t s, double loss, double grad_norm, double loss_wait);
+  Throughput result(std::int64_t global_batch) const;
+
+ private:
+  struct Reading {
+    std::chrono::steady_clock::time_point at;
+    models::MlpTrainer::Times trainer;
+    EngineStats engine;
+  };
+  Reading read() const;
+
+  const models::MlpTrainer& trainer_;
+  const Engine& engine_;
+  std::int64_t steps_;
+  Reading last_;
+  StepSplit sum_;
+  comm::Accounting after_first_;
+  std::vector<StepRecord> history_;
+};
+
+// The report's lines (rank 0 prints them after the summary), and its --json keys.
+void print_throughput(const Throughput& t, std::string (*human_bytes)(double));
+void add_throughput_json(boost::json::object& j, const Throughput& t);
+
+}  // namespace zero::cli
