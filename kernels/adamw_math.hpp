@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "kernels/elementwise_math.hpp"
+#include "precision/bits.hpp"
 #include "precision/hd.hpp"
 #include "zero/error.hpp"
 
@@ -34,16 +35,20 @@ struct AdamHyper {
 // the host (in double, then rounded once to float, as PyTorch does with its Python-float scalars)
 // and passed by value to every CPU loop and CUDA kernel, so both see the same bits.
 struct AdamStep {
-  float grad_scale = 1.0f;    // g ← g·grad_scale first (1/loss_scale · clip coefficient)
-  float weight_decay = 0.0f;  // adam_l2: wd in g + wd·p
-  float decay = 1.0f;         // adamw: 1 − lr·wd; 1 for adam_l2
-  float beta1 = 0.9f;
-  float one_minus_beta1 = 0.1f;
+  float grad_scale = 1.0f;    // g <- g*grad_scale first (1/loss_scale * clip coefficient)
+  float weight_decay = 0.0f;  // adam_l2: wd in g + wd*p
+  float decay = 1.0f;         // adamw: 1 - lr*wd; 1 for adam_l2
+  // m.lerp_(g, w), w = 1 - beta1, as ATen's lerp_vec computes it: fma(w, g - m, m) for
+  // |w| < 0.5, else fma(w - 1, g - m, g) (the value of g - (g - m)*(1 - w), rounded once).
+  float lerp_weight = 0.1f;       // w
+  float lerp_coeff = 0.1f;        // w, or w - 1 (exact) for |w| >= 0.5
+  std::uint32_t lerp_on_m = ~0u;  // all ones: the fma adds to m (|w| < 0.5); 0: to g
   float beta2 = 0.999f;
   float one_minus_beta2 = 0.001f;
-  float bc2_sqrt = 1.0f;  // sqrt(1 − beta2^t); 1 without bias correction
+  float bc2_sqrt = 1.0f;  // sqrt(1 - beta2^t); 1 without bias correction
   float eps = 1e-8f;
-  float step_size = 0.0f;  // lr / (1 − beta1^t); lr without bias correction
+  float step_size = 0.0f;       // lr / (1 - beta1^t); lr without bias correction
+  float neg_step_size = -0.0f;  // -step_size: addcdiv's value
   AdamMode mode = AdamMode::adamw;
 };
 
@@ -71,40 +76,78 @@ inline AdamStep make_adam_step(const AdamHyper& h, double lr, std::int64_t step,
   s.mode = h.mode;
   s.weight_decay = h.mode == AdamMode::adam_l2 ? static_cast<float>(h.weight_decay) : 0.0f;
   s.decay = h.mode == AdamMode::adamw ? static_cast<float>(1.0 - lr * h.weight_decay) : 1.0f;
-  s.beta1 = static_cast<float>(h.beta1);
-  s.one_minus_beta1 = static_cast<float>(1.0 - h.beta1);
+  s.lerp_weight = static_cast<float>(1.0 - h.beta1);
+  const bool small = std::fabs(s.lerp_weight) < 0.5f;
+  s.lerp_coeff = small ? s.lerp_weight : s.lerp_weight - 1.0f;
+  s.lerp_on_m = small ? ~0u : 0u;
   s.beta2 = static_cast<float>(h.beta2);
   s.one_minus_beta2 = static_cast<float>(1.0 - h.beta2);
   s.bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   s.eps = static_cast<float>(h.eps);
   s.step_size = static_cast<float>(lr / bc1);
+  s.neg_step_size = -s.step_size;
   return s;
 }
 
-// One element of the update, in this exact order of IEEE float operations (each one rounded to
-// nearest even; no FMA: the build passes -ffp-contract=off to g++ and -fmad=false to nvcc, and
-// '/' and sqrtf are correctly rounded on both sides, so host and device produce the same bits):
+// One element of the update, in PyTorch's order of IEEE float operations: the order of ATen's
+// CPU kernels for torch.optim.AdamW(fused=True) (aten/src/ATen/native/cpu/FusedAdamKernel.cpp)
+// and, but for its sqrt, of the default single-tensor path (torch/optim/adam.py,
+// _single_tensor_adam). Each operation rounds to nearest even once; fma(a, b, c) is a*b + c
+// rounded once. The build keeps the compilers from contracting anything else into an FMA
+// (-ffp-contract=off for g++, -fmad=false for nvcc), so every FMA is the explicit fmaf below,
+// which both sides compute exactly ('/' and sqrtf are correctly rounded on both as well): host
+// and device produce the same bits.
 //
-//   g  = g_raw · grad_scale
-//   adam_l2: g = g + wd · p            adamw: p = p · decay
-//   m  = beta1 · m + (1 − beta1) · g
-//   v  = beta2 · v + ((1 − beta2) · g) · g            (PyTorch's addcmul order)
-//   d  = sqrt(v) / sqrt(bc2) + eps                     (PyTorch's denom)
-//   p  = p − step_size · (m / d)                       (PyTorch's addcdiv order)
+//   g  = g_raw * grad_scale
+//   adam_l2: g = fma(wd, p, g)               grad.add(param, alpha=wd): ATen's vector add is an fma
+//   adamw:   p = p * decay                   param.mul_(1 - lr*wd)
+//   m  = fma(w, g - m, m)                    exp_avg.lerp_(grad, w = 1 - beta1), |w| < 0.5
+//        fma(w - 1, g - m, g)                the same for |w| >= 0.5 (ATen's lerp_vec)
+//   v  = fma((1 - beta2) * g, g, v * beta2)  exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2)
+//   d  = sqrt(v) / sqrt(bc2) + eps           denom
+//   p  = p + (-step_size * m) / d            param.addcdiv_(exp_avg, denom, value=-step_size)
 //
-// The mode test is uniform across a launch, so it costs a predictable branch, and it keeps
-// adamw from computing 0·p (NaN for an infinite p) where no L2 term exists.
-ZERO_HD void adam_element(float& p, float& m, float& v, float g_raw, const AdamStep& s) {
+// ATen has no explicit FMA in its addcmul: GCC forms it there (its default -ffp-contract=fast),
+// in the fused kernel's vector loop and in the single-tensor ops alike. The order above was
+// measured against torch 2.15 (x86-64 wheel, AVX-512 kernels): tests/kernels/test_adamw.cpp
+// compares with a committed fixture of torch's results (bench/peers/make_adamw_fixture.py).
+// Where zero and torch differ:
+// - grad_scale multiplies; the fused kernel divides by its grad_scale (the same bits for a
+//   power of two, no under- or overflow);
+// - the single-tensor path (the default on the CPU) takes sqrt through torch.sqrt, which ATen
+//   sends to MKL's vsSqrt: it returned a value 1 ulp from the correctly rounded sqrt for about
+//   15% of inputs, so that path's p differs from fused=True's (and zero's) in some elements;
+// - the fused kernel's scalar remainder loop (the last numel % 16 elements of a tensor, with
+//   torch's AVX-512 kernels)
+//   computes exp_avg_sq otherwise, now and then 1 ulp from its own vector loop.
+//
+// The mode is a template parameter so that a CPU loop can choose it once, outside the loop:
+// tested per element, GCC 12 sinks the fmaf into the adam_l2 branch, cannot if-convert the call
+// and leaves the loop scalar. adam_element below tests it per element, for callers (the CUDA
+// kernel) that do not mind. adamw never computes wd*p, whose 0*p would be NaN for an infinite p.
+// The lerp's two forms differ only in the fma's coefficient and addend; the addend is chosen by
+// a bit mask (lerp_on_m, uniform across a launch), as a select `small ? m : g` keeps GCC 12 from
+// vectorising the loop.
+template <AdamMode Mode>
+ZERO_HD void adam_element_in(float& p, float& m, float& v, float g_raw, const AdamStep& s) {
   float g = g_raw * s.grad_scale;
-  if (s.mode == AdamMode::adam_l2) {
-    g = g + s.weight_decay * p;
+  if constexpr (Mode == AdamMode::adam_l2) {
+    g = fmaf(s.weight_decay, p, g);
   } else {
     p = p * s.decay;
   }
-  m = s.beta1 * m + s.one_minus_beta1 * g;
-  v = s.beta2 * v + (s.one_minus_beta2 * g) * g;
+  const float base = float_of((bits_of(m) & s.lerp_on_m) | (bits_of(g) & ~s.lerp_on_m));
+  m = fmaf(s.lerp_coeff, g - m, base);
+  v = fmaf(s.one_minus_beta2 * g, g, v * s.beta2);
   const float d = sqrtf(v) / s.bc2_sqrt + s.eps;
-  p = p - s.step_size * (m / d);
+  p = p + (s.neg_step_size * m) / d;
+}
+
+ZERO_HD void adam_element(float& p, float& m, float& v, float g_raw, const AdamStep& s) {
+  if (s.mode == AdamMode::adam_l2)
+    adam_element_in<AdamMode::adam_l2>(p, m, v, g_raw, s);
+  else
+    adam_element_in<AdamMode::adamw>(p, m, v, g_raw, s);
 }
 
 // The update the CPU loop and the CUDA kernel run: adam_element on copies, kept only if the new
@@ -113,14 +156,21 @@ ZERO_HD void adam_element(float& p, float& m, float& v, float g_raw, const AdamS
 // the caller can refuse the step (zero/engine_step.cpp). The test is three bit masks and three
 // selects on values already in registers: no extra memory traffic, so the check is free in a
 // loop bound by memory bandwidth.
-ZERO_HD bool adam_element_guarded(float& p, float& m, float& v, float g_raw, const AdamStep& s) {
+// adam_element_guarded_in<Mode> is the same for a mode the caller fixed outside its loop.
+template <AdamMode Mode>
+ZERO_HD bool adam_element_guarded_in(float& p, float& m, float& v, float g_raw, const AdamStep& s) {
   float p1 = p, m1 = m, v1 = v;
-  adam_element(p1, m1, v1, g_raw, s);
+  adam_element_in<Mode>(p1, m1, v1, g_raw, s);
   const bool bad = !is_finite(p1) | !is_finite(m1) | !is_finite(v1);
   p = bad ? p : p1;
   m = bad ? m : m1;
   v = bad ? v : v1;
   return bad;
+}
+
+ZERO_HD bool adam_element_guarded(float& p, float& m, float& v, float g_raw, const AdamStep& s) {
+  return s.mode == AdamMode::adam_l2 ? adam_element_guarded_in<AdamMode::adam_l2>(p, m, v, g_raw, s)
+                                     : adam_element_guarded_in<AdamMode::adamw>(p, m, v, g_raw, s);
 }
 
 }  // namespace zero::kernels

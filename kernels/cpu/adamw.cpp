@@ -21,50 +21,103 @@ void check_sizes(std::size_t p, std::size_t m, std::size_t v, std::size_t g, std
                     g, has_out ? cat(", out ", out) : std::string(), ")"));
 }
 
-// Elements per chunk: the update writes a chunk of p, and the 16-bit copy of that chunk is made
-// at once, while it is still in L1 (4 arrays x 8 KiB), so memory is still swept only once.
-// The copy goes through precision/'s bulk convert, whose vector paths return exactly
-// to_bf16 / to_fp16 (the functions the GPU kernel calls): GCC cannot vectorise those branchy
-// scalar functions itself, and a scalar copy would halve the loop's speed.
+// Elements per chunk: the first bad element is found per chunk (a 32-bit reduction), and the
+// fp16 copy of a chunk is made right after it, while the chunk's new p is still in L1 (4 arrays
+// x 8 KiB).
 constexpr std::size_t kChunk = 2048;
 
-// Out = void: no 16-bit copy. The step is copied into a local of the loop's own function so the
-// loop reads its fields from registers, not through a reference (or the lambda's capture) that
-// might alias the arrays: through the capture, GCC 12 leaves the guarded loop scalar. Returns
-// the index of the first element whose update was non-finite (adam_element_guarded kept it
-// unchanged), or -1.
-template <class Out>
-std::int64_t run(std::span<float> p_, std::span<float> m_, std::span<float> v_,
-                 std::span<const float> g_, const AdamStep& step, Out* out, SimdPath path) {
-  const std::size_t n = p_.size();
+// Runs one loop body compiled for the requested SIMD path, as kernels/cpu/dispatch.hpp does,
+// except that the AVX2 clone also has FMA: adam_element's fmaf, under target("avx2") alone,
+// is a call to libm's fmaf per element and leaves the loop scalar. (AVX-512F implies FMA.) An
+// AVX2 CPU without FMA, if there is one, runs the portable loop: libm's fmaf, the same bits.
+#if defined(__x86_64__) && defined(__GNUC__)
+template <class F>
+__attribute__((target("avx2,fma"))) void on_avx2_fma(F& f) {
+  f();
+}
+template <class F>
+__attribute__((target("avx512f,avx512bw"))) void on_avx512(F& f) {
+  f();
+}
+#endif
+
+template <class F>
+void dispatch_fma(SimdPath path, F&& f) {
+  if (!available(path))
+    throw Error(cat("this CPU cannot run the ", name_of(path), " path of zero's kernels"));
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (path == SimdPath::avx512) return on_avx512(f);
+  if (path == SimdPath::avx2 && cpu_features().fma) return on_avx2_fma(f);
+#endif
+  f();
+}
+
+// One chunk of n elements of the update; Out = bf16 also writes out[i] = to_bf16(new p[i]) in
+// the same loop (GCC vectorises to_bf16: a few integer operations and a select for NaN), so the
+// 16-bit copy adds its 2-byte store and a few vector instructions, not a second pass over the
+// chunk. Returns the
+// chunk's first bad offset, or UINT32_MAX: a 32-bit min-reduction over chunk offsets (AVX2 has
+// no 64-bit unsigned min), written so that GCC vectorises it: locals and unconditional stores (a
+// store skipped for a bad element would be control flow), and the offset masked arithmetically
+// (offset | (bad - 1): itself if bad, else UINT32_MAX) rather than with a conditional, which
+// GCC 12 does not vectorise here.
+template <AdamMode Mode, class Out>
+ZERO_LOOP inline std::uint32_t chunk(float* __restrict p, float* __restrict m, float* __restrict v,
+                                     const float* __restrict g, const AdamStep& s, std::uint32_t n,
+                                     Out* __restrict out) {
+  std::uint32_t first = UINT32_MAX;
+  for (std::uint32_t i = 0; i < n; ++i) {  // a 32-bit index: GCC keeps it in 32-bit lanes
+    float pi = p[i], mi = m[i], vi = v[i];
+    const unsigned bad = adam_element_guarded_in<Mode>(pi, mi, vi, g[i], s);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+    if constexpr (std::is_same_v<Out, bf16>) out[i] = to_bf16(pi);
+    const std::uint32_t at = i | (bad - 1u);
+    first = first < at ? first : at;
+  }
+  return first;
+}
+
+// The mode is fixed here, outside the loop (adam_element_guarded_in<Mode>: tested per element,
+// it keeps GCC 12 from vectorising the loop). The step is copied into a local of the loop's
+// own function so the loop reads its fields from registers, not through a reference (or the
+// lambda's capture) that might alias the arrays: through the capture, GCC 12 leaves the guarded
+// loop scalar. The fp16 copy is made chunk by chunk through precision/'s bulk convert (whose
+// vector paths return exactly to_fp16, the function the GPU kernel calls): to_fp16 is too
+// branchy for GCC to vectorise inside the loop. Returns the index of the first element whose
+// update was non-finite (adam_element_guarded kept it unchanged), or -1.
+template <AdamMode Mode, class Out>
+ZERO_LOOP inline std::int64_t loop(float* __restrict p, float* __restrict m, float* __restrict v,
+                                   const float* __restrict g, const AdamStep& step, Out* out,
+                                   std::size_t n, SimdPath path) {
+  const AdamStep s = step;
   std::int64_t first_bad = -1;
-  detail::dispatch(path, [&]() ZERO_LOOP {
-    const AdamStep s = step;
-    float* __restrict p = p_.data();
-    float* __restrict m = m_.data();
-    float* __restrict v = v_.data();
-    const float* __restrict g = g_.data();
-    for (std::size_t b = 0; b < n; b += kChunk) {
-      const std::size_t e = std::min(n, b + kChunk);
-      // The first bad element of the chunk as a 32-bit min-reduction over chunk offsets (AVX2
-      // has no 64-bit unsigned min). Written so that GCC vectorises it: locals and
-      // unconditional stores (a store skipped for a bad element would be control flow), and
-      // the offset masked arithmetically (offset | (bad - 1): itself if bad, else UINT32_MAX)
-      // rather than with a conditional, which GCC 12 does not vectorise here.
-      std::uint32_t first = UINT32_MAX;
-      for (std::size_t i = b; i < e; ++i) {
-        float pi = p[i], mi = m[i], vi = v[i];
-        const unsigned bad = adam_element_guarded(pi, mi, vi, g[i], s);
-        p[i] = pi;
-        m[i] = mi;
-        v[i] = vi;
-        const std::uint32_t at = static_cast<std::uint32_t>(i - b) | (bad - 1u);
-        first = first < at ? first : at;
-      }
-      if (first != UINT32_MAX && first_bad < 0) first_bad = static_cast<std::int64_t>(b + first);
-      if constexpr (!std::is_void_v<Out>)
-        convert(std::span<const float>(p + b, e - b), std::span<Out>(out + b, e - b), path);
-    }
+  for (std::size_t b = 0; b < n; b += kChunk) {
+    const std::size_t e = std::min(n, b + kChunk);
+    Out* o = nullptr;
+    if constexpr (!std::is_void_v<Out>) o = out + b;
+    const std::uint32_t first =
+        chunk<Mode>(p + b, m + b, v + b, g + b, s, static_cast<std::uint32_t>(e - b), o);
+    if constexpr (std::is_same_v<Out, fp16>)
+      convert(std::span<const float>(p + b, e - b), std::span<fp16>(out + b, e - b), path);
+    if (first != UINT32_MAX && first_bad < 0) first_bad = static_cast<std::int64_t>(b + first);
+  }
+  return first_bad;
+}
+
+// Out = void: no 16-bit copy.
+template <class Out>
+std::int64_t run(std::span<float> p, std::span<float> m, std::span<float> v,
+                 std::span<const float> g, const AdamStep& step, Out* out, SimdPath path) {
+  std::int64_t first_bad = -1;
+  dispatch_fma(path, [&]() ZERO_LOOP {
+    if (step.mode == AdamMode::adam_l2)
+      first_bad = loop<AdamMode::adam_l2>(p.data(), m.data(), v.data(), g.data(), step, out,
+                                          p.size(), path);
+    else
+      first_bad =
+          loop<AdamMode::adamw>(p.data(), m.data(), v.data(), g.data(), step, out, p.size(), path);
   });
   return first_bad;
 }

@@ -1,8 +1,11 @@
 // Tests of the fused Adam/AdamW shard update (kernels/adamw_math.hpp, kernels/cpu/adamw.hpp).
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <vector>
 
+#include "fixtures/torch_adamw.hpp"
 #include "kernels/cpu/adamw.hpp"
 #include "precision/simd.hpp"
 #include "test_data.hpp"
@@ -10,6 +13,8 @@
 
 using namespace zero;
 using namespace zero::kernels;
+using zero::kernels::test::bits;
+using zero::kernels::test::from_bits;
 using zero::kernels::test::mixed_values;
 using zero::kernels::test::same;
 using zero::kernels::test::uniform_values;
@@ -90,7 +95,92 @@ void check_against_reference(const AdamHyper& h, double lr, float grad_scale, fl
   }
 }
 
+// The inputs of bench/peers/make_adamw_fixture.py, rebuilt in the same integer steps: splitmix64,
+// then a 24-bit signed integer times 2^(e - 23), exact in float; about 1 in 85 is an exact zero.
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+std::vector<float> fixture_values(std::uint64_t seed, int n, int e_lo, int e_hi) {
+  std::vector<float> out(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t h = splitmix64((seed << 32) ^ static_cast<std::uint64_t>(i));
+    if ((h & 0xFF) < 3) {
+      out[i] = 0.0f;
+      continue;
+    }
+    const auto k = static_cast<std::int32_t>(h >> 40) - (1 << 23);
+    const int e =
+        e_lo + static_cast<int>(((h >> 8) & 0xFF) % static_cast<unsigned>(e_hi - e_lo + 1));
+    out[i] = std::ldexp(static_cast<float>(k), e - 23);
+  }
+  return out;
+}
+
+std::vector<float> fixture_floats(const char* hex, int n) {
+  const std::string s(hex);
+  REQUIRE(s.size() == static_cast<std::size_t>(n) * 8);
+  std::vector<float> out(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i)
+    out[i] = from_bits(static_cast<std::uint32_t>(std::stoul(s.substr(i * 8, 8), nullptr, 16)));
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE(
+    "AdamW and Adam equal torch.optim.AdamW/Adam(fused=True) on the CPU bitwise, on every SIMD "
+    "path") {
+  // tests/kernels/fixtures/torch_adamw.hpp: p, exp_avg and exp_avg_sq that torch 2.15 left after
+  // six steps from the inputs fixture_values rebuilds (bench/peers/make_adamw_fixture.py made it).
+  // Cases: AdamW with decay; AdamW with beta1 = 0.3, whose lerp weight 0.7 takes ATen's other
+  // lerp formula, and eps = 1e-3; Adam with L2 decay. The bf16 copy of the last step must be
+  // to_bf16 of the final p.
+  namespace fx = zero::kernels::test::torch_fixture;
+  int index = 0;
+  for (const fx::Case& c : fx::cases) {
+    const std::vector<float> want_p = fixture_floats(c.p, c.n), want_m = fixture_floats(c.m, c.n),
+                             want_v = fixture_floats(c.v, c.n);
+    AdamHyper h;
+    h.beta1 = c.beta1;
+    h.beta2 = c.beta2;
+    h.eps = c.eps;
+    h.weight_decay = c.weight_decay;
+    h.mode = c.mode;
+    for (SimdPath path : available_paths()) {
+      for (bool copy : {false, true}) {
+        INFO("case " << c.name << ", path " << name_of(path) << (copy ? ", bf16 copy" : ""));
+        std::vector<float> p = fixture_values(1000 + index, c.n, -2, 1), m(c.n, 0.0f), v(c.n, 0.0f);
+        std::vector<bf16> out(c.n);
+        for (int t = 1; t <= c.steps; ++t) {
+          const std::vector<float> g = fixture_values(2000 + 100 * index + t, c.n, -14, 0);
+          const AdamStep st = make_adam_step(h, c.lr, t);
+          const std::int64_t bad = copy ? cpu::adamw_step(p, m, v, g, st, out, path)
+                                        : cpu::adamw_step(p, m, v, g, st, path);
+          REQUIRE(bad == -1);
+        }
+        int differ = 0, first = -1;
+        for (int i = 0; i < c.n; ++i)
+          if (bits(p[i]) != bits(want_p[i]) || bits(m[i]) != bits(want_m[i]) ||
+              bits(v[i]) != bits(want_v[i])) {
+            ++differ;
+            if (first < 0) first = i;
+          }
+        INFO(differ << " of " << c.n << " elements differ from torch, the first at " << first);
+        if (first >= 0)
+          INFO("there p " << p[first] << " vs " << want_p[first] << ", m " << m[first] << " vs "
+                          << want_m[first] << ", v " << v[first] << " vs " << want_v[first]);
+        CHECK(differ == 0);
+        if (copy)
+          for (int i = 0; i < c.n; ++i) REQUIRE(out[i].bits == to_bf16(want_p[i]).bits);
+      }
+    }
+    ++index;
+  }
+}
 
 TEST_CASE(
     "make_adam_step folds the bias corrections 1 - beta^t of steps 1, 2 and 10 into its scalars") {
@@ -184,6 +274,39 @@ TEST_CASE("An update that would be non-finite keeps the element's old values and
     CHECK(q[4400] == p0[4400]);
     CHECK(q[0] != p0[0]);  // the others took the step
     CHECK(cpu::adamw_step(q, mq, vq, g, make_adam_step(AdamHyper{}, 1e-3, 2), path) == -1);
+  }
+}
+
+TEST_CASE(
+    "the bf16 copy made in the update loop is to_bf16 of the kept p, infinities and NaN payloads "
+    "included, on every SIMD path") {
+  // An infinite or NaN p makes its own update non-finite, so the guard keeps it, and the copy,
+  // made in the same vectorised loop, must round that kept value as to_bf16 does (a NaN keeps
+  // its sign and top payload bits, quieted). 37 elements: a vector body and a remainder.
+  using test::from_bits;
+  const std::size_t n = 37;
+  std::vector<float> p0 = uniform_values(n, 31);
+  p0[3] = from_bits(0x7fa12345u);   // signalling NaN with a payload
+  p0[17] = from_bits(0xffc00001u);  // negative quiet NaN
+  p0[20] = INFINITY;
+  p0[36] = -INFINITY;
+  const std::vector<float> g = uniform_values(n, 32);
+  AdamHyper h;
+  h.weight_decay = 0.1;
+  for (SimdPath path : available_paths()) {
+    INFO("path " << name_of(path));
+    std::vector<float> p = p0, m(n, 0.0f), v(n, 0.0f);
+    std::vector<bf16> out(n);
+    CHECK(cpu::adamw_step(p, m, v, g, make_adam_step(h, 1e-3, 1), out, path) == 3);
+    for (std::size_t i = 0; i < n; ++i) {
+      INFO("element " << i);
+      REQUIRE(out[i].bits == to_bf16(p[i]).bits);
+    }
+    CHECK(bits(p[3]) == 0x7fa12345u);
+    CHECK(out[3].bits == 0x7fe1);
+    CHECK(out[17].bits == 0xffc0);
+    CHECK(out[20].bits == 0x7f80);
+    CHECK(out[36].bits == 0xff80);
   }
 }
 
