@@ -98,7 +98,7 @@ bool available(SimdPath p, const CpuFeatures& f) {
       return true;
 #if defined(__x86_64__)
     case SimdPath::avx2:
-      return f.avx2 && f.f16c;
+      return f.avx2 && f.f16c && f.fma;
     case SimdPath::avx512:
       return f.avx512f && f.avx512bw;
 #endif

@@ -35,7 +35,7 @@ std::string describe(const CpuFeatures& f);
 // bits as the scalar functions for every input; they differ only in speed.
 enum class SimdPath : std::uint8_t {
   scalar,  // plain C++ loops over the ZERO_HD functions; runs anywhere
-  avx2,    // AVX2 + F16C (every AVX2 CPU has F16C)
+  avx2,    // AVX2 + F16C + FMA (every AVX2 CPU has both)
   avx512,  // AVX-512 F + BW
 };
 

@@ -26,32 +26,6 @@ void check_sizes(std::size_t p, std::size_t m, std::size_t v, std::size_t g, std
 // x 8 KiB).
 constexpr std::size_t kChunk = 2048;
 
-// Runs one loop body compiled for the requested SIMD path, as kernels/cpu/dispatch.hpp does,
-// except that the AVX2 clone also has FMA: adam_element's fmaf, under target("avx2") alone,
-// is a call to libm's fmaf per element and leaves the loop scalar. (AVX-512F implies FMA.) An
-// AVX2 CPU without FMA, if there is one, runs the portable loop: libm's fmaf, the same bits.
-#if defined(__x86_64__) && defined(__GNUC__)
-template <class F>
-__attribute__((target("avx2,fma"))) void on_avx2_fma(F& f) {
-  f();
-}
-template <class F>
-__attribute__((target("avx512f,avx512bw"))) void on_avx512(F& f) {
-  f();
-}
-#endif
-
-template <class F>
-void dispatch_fma(SimdPath path, F&& f) {
-  if (!available(path))
-    throw Error(cat("this CPU cannot run the ", name_of(path), " path of zero's kernels"));
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (path == SimdPath::avx512) return on_avx512(f);
-  if (path == SimdPath::avx2 && cpu_features().fma) return on_avx2_fma(f);
-#endif
-  f();
-}
-
 // One chunk of n elements of the update; Out = bf16 also writes out[i] = to_bf16(new p[i]) in
 // the same loop (GCC vectorises to_bf16: a few integer operations and a select for NaN), so the
 // 16-bit copy adds its 2-byte store and a few vector instructions, not a second pass over the
@@ -111,7 +85,7 @@ template <class Out>
 std::int64_t run(std::span<float> p, std::span<float> m, std::span<float> v,
                  std::span<const float> g, const AdamStep& step, Out* out, SimdPath path) {
   std::int64_t first_bad = -1;
-  dispatch_fma(path, [&]() ZERO_LOOP {
+  detail::dispatch(path, [&]() ZERO_LOOP {
     if (step.mode == AdamMode::adam_l2)
       first_bad = loop<AdamMode::adam_l2>(p.data(), m.data(), v.data(), g.data(), step, out,
                                           p.size(), path);

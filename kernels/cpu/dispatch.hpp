@@ -2,12 +2,14 @@
 // (zero::SimdPath, precision/simd.hpp: the project's one list of CPU paths).
 //
 // A loop is written once as a lambda marked ZERO_LOOP (always_inline); dispatch() inlines it into
-// a function compiled with target("avx2") or target("avx512f,avx512bw"), so GCC auto-vectorises
-// the same source three times. Explicit intrinsics would give no more speed on a memory-bound
-// loop and would be a second copy of the math, which is what this project avoids
+// a function compiled with target("avx2,fma") or target("avx512f,avx512bw"), so GCC
+// auto-vectorises the same source three times. Explicit intrinsics would give no more speed on a
+// memory-bound loop and would be a second copy of the math, which is what this project avoids
 // (kernels/*_math.hpp). No path may change results: vectorising an element-wise loop reorders no
-// operation, -ffp-contract=off forbids FMA, and -fno-math-errno (kernels only) merely lets sqrtf
-// become the correctly rounded sqrt instruction instead of a call that may set errno.
+// operation; -ffp-contract=off forbids contracting a*b + c into an FMA, while an explicit fmaf
+// (kernels/adamw_math.hpp) is exact everywhere and, with FMA in the targets, one instruction
+// rather than a libm call that keeps the loop scalar; and -fno-math-errno (kernels only) merely
+// lets sqrtf become the correctly rounded sqrt instruction instead of a call that may set errno.
 #pragma once
 
 #include "precision/simd.hpp"
@@ -19,7 +21,7 @@ namespace zero::kernels::cpu::detail {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 template <class F>
-__attribute__((target("avx2"))) void on_avx2(F& f) {
+__attribute__((target("avx2,fma"))) void on_avx2(F& f) {
   f();
 }
 template <class F>
