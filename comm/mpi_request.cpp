@@ -46,11 +46,21 @@ void Request::abandon() noexcept {
   MPI_Test(&r_, &done, MPI_STATUS_IGNORE);
   if (done) return;
   switch (kind_) {
-    case Kind::recv:
-      // MPI guarantees that a wait on a cancelled request returns whatever the peer does.
+    case Kind::recv: {
+      // A receive not yet matched is cancelled at once. One already matched by a large message
+      // whose sender stopped midway can be neither cancelled nor finished, and MPI_Wait would
+      // block for as long as the sender stays stopped (seen: a SIGSTOPped rank hung its peers'
+      // error path forever). So it is tested for a short while and else left behind: the
+      // communicator is broken and the job is ending (comm/abort.hpp), and until then this rank
+      // drives MPI progress only inside the other requests' abandon().
       MPI_Cancel(&r_);
-      MPI_Wait(&r_, MPI_STATUS_IGNORE);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+      while (!done && std::chrono::steady_clock::now() < until) {
+        MPI_Test(&r_, &done, MPI_STATUS_IGNORE);
+        if (!done) std::this_thread::yield();
+      }
       break;
+    }
     case Kind::send:
       // Open MPI cannot cancel sends; the send buffer is the caller's input, which outlives us.
       MPI_Request_free(&r_);

@@ -50,8 +50,10 @@ class CommOwner {
 };
 
 // Owns one MPI request. Normally waited to completion; when it is destroyed still pending (after
-// a timeout or another error) it is abandoned safely: a receive is cancelled (so it can no longer
-// write into its buffer), a send is released to finish on its own, and a nonblocking collective,
+// a timeout or another error) it is abandoned without blocking: a receive is cancelled (so it can
+// no longer write into its buffer; one that a stopped sender's message had already matched cannot
+// be, and is left behind after 100 ms), a send is released to finish on its own, and a
+// nonblocking collective,
 // which MPI allows neither to cancel nor to free, is left alone (its buffers must outlive it:
 // see Graveyard in comm/signature.hpp).
 class Request {
