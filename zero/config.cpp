@@ -104,7 +104,7 @@ bool operator==(const Config& a, const Config& b) {
   auto fields = [](const Config& c) {
     return std::tie(c.train_micro_batch_size_per_gpu, c.gradient_accumulation_steps,
                     c.train_batch_size, c.gradient_clipping, c.optimizer, c.scheduler, c.precision,
-                    c.fp16, c.communication_data_type, c.seed, c.zero, c.steps_per_print,
+                    c.fp16, c.communication_data_type, c.seed, c.zero, c.steps_per_print, c.param_groups,
                     c.comm_timeout_seconds, c.max_consecutive_skipped_steps);
   };
   return fields(a) == fields(b);
@@ -161,6 +161,18 @@ std::string to_json(const Config& c) {
   if (o.type == OptimizerType::adam) op["adam_w_mode"] = false;
   if (!o.bias_correction) op["bias_correction"] = false;
   root["optimizer"] = json::object{{"type", name_of(o.type)}, {"params", std::move(op)}};
+
+  if (!c.param_groups.empty()) {
+    json::array groups;
+    for (const ParamGroup& g : c.param_groups) {
+      json::array globs;
+      for (const std::string& p : g.params) globs.emplace_back(p);
+      json::object o{{"params", std::move(globs)}, {"lr_scale", g.lr_scale}};
+      if (g.weight_decay) o["weight_decay"] = *g.weight_decay;
+      groups.push_back(std::move(o));
+    }
+    root["param_groups"] = std::move(groups);
+  }
 
   const SchedulerConfig& s = c.scheduler;
   if (s.type != ScheduleType::constant) {

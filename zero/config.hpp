@@ -53,6 +53,18 @@ struct OptimizerConfig {
   friend bool operator==(const OptimizerConfig&, const OptimizerConfig&) = default;
 };
 
+// One parameter group (zero's own key "param_groups", an array; DeepSpeed takes its groups from
+// the torch optimizer instead): the params whose names match one of `params` (shell globs, as
+// fnmatch: * ? [...]) take this group's weight decay and learning-rate scale, as a transformer
+// trainer gives biases, norms and embeddings no decay. The first group with a matching glob
+// wins; a param in no group takes optimizer.params.weight_decay and scale 1.
+struct ParamGroup {
+  std::vector<std::string> params;     // globs, at least one; each must match some param
+  std::optional<double> weight_decay;  // unset: optimizer.params.weight_decay
+  double lr_scale = 1.0;               // the scheduled lr times this; >= 0
+  friend bool operator==(const ParamGroup&, const ParamGroup&) = default;
+};
+
 // scheduler {type, params}. Only the fields of the chosen type are read or written.
 struct SchedulerConfig {
   ScheduleType type = ScheduleType::constant;   // no scheduler block = constant lr
@@ -99,6 +111,7 @@ struct Config {
   std::optional<std::int64_t> train_batch_size;      // if set: micro * accumulation * world
   double gradient_clipping = 0.0;                    // max global grad norm; 0 = no clipping
   OptimizerConfig optimizer;                         // optimizer {type, params}
+  std::vector<ParamGroup> param_groups;              // zero's own key; see ParamGroup
   SchedulerConfig scheduler;                         // scheduler {type, params}
   Precision precision = Precision::fp32;             // from bf16.enabled / fp16.enabled
   Fp16Config fp16;                                   // loss scaling, read when fp16

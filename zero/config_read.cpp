@@ -125,6 +125,32 @@ void read_optimizer(const ObjectReader& top, OptimizerConfig& o) {
   o.type = is_adamw_name || adam_w_mode ? OptimizerType::adamw : OptimizerType::adam;
 }
 
+void read_param_groups(const ObjectReader& top, std::vector<ParamGroup>& groups) {
+  const json::value* v = top.get("param_groups");
+  if (!v) return;
+  constexpr std::string_view shape = "an array of {\"params\": [globs], \"weight_decay\", \"lr_scale\"}";
+  if (!v->is_array()) fail_expected("param_groups", shape, *v);
+  const json::array& a = v->get_array();
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ObjectReader g(a[i], cat("param_groups[", i, "]"), {"params", "weight_decay", "lr_scale"}, {},
+                   top.log());
+    ParamGroup pg;
+    constexpr std::string_view what = "a non-empty array of parameter-name globs";
+    const json::value* p = g.get("params");
+    if (!p) fail(g.path_of("params"), cat("missing; expected ", what));
+    if (!p->is_array() || p->get_array().empty()) fail_expected(g.path_of("params"), what, *p);
+    for (const json::value& glob : p->get_array()) {
+      if (!glob.is_string() || glob.get_string().empty())
+        fail_expected(g.path_of("params"), what, *p);
+      pg.params.emplace_back(glob.get_string());
+    }
+    double wd = 0;
+    if (g.number("weight_decay", wd, Num::nonneg_float)) pg.weight_decay = wd;
+    g.number("lr_scale", pg.lr_scale, Num::nonneg_float);
+    groups.push_back(std::move(pg));
+  }
+}
+
 void read_scheduler(const ObjectReader& top, SchedulerConfig& c) {
   const json::value* v = top.get("scheduler");
   if (!v) return;
@@ -331,6 +357,7 @@ Config parse_config(std::string_view json_text, std::string_view source_name) {
                                        "train_batch_size",
                                        "gradient_clipping",
                                        "optimizer",
+                                       "param_groups",
                                        "scheduler",
                                        "bf16",
                                        "bfloat16",
@@ -360,6 +387,7 @@ Config parse_config(std::string_view json_text, std::string_view source_name) {
   top.choice("communication_data_type", c.communication_data_type,
              {{"fp32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16}});
   read_optimizer(top, c.optimizer);
+  read_param_groups(top, c.param_groups);
   read_scheduler(top, c.scheduler);
   read_precision(top, c);
   read_zero(top, c.zero);

@@ -102,6 +102,8 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
   lo.bucket_elements = config.zero.reduce_bucket_size;
   layout = make_layout(units, lo);
   check_same_layout(*this);
+  update_segments = zero::update_segments(layout, param_groups_of(layout, config.param_groups),
+                                          policy.shard_optimizer, rank);
 
   const auto nu = static_cast<std::size_t>(layout.units.size());
   const std::int64_t state_n = policy.shard_optimizer ? layout.shard_numel : layout.padded_numel;

@@ -11,6 +11,7 @@
 #include "precision/loss_scaler.hpp"
 #include "zero/backend.hpp"
 #include "zero/engine.hpp"
+#include "zero/param_groups.hpp"
 #include "zero/stage_policy.hpp"
 
 namespace zero {
@@ -98,6 +99,9 @@ struct Engine::Impl {
   std::vector<PendingReduce> pending;
   std::vector<int> reduce_count;     // reductions of each unit since the last step
   std::vector<int> reduce_log;       // the units passed to reduce_grads since the last step
+  // The update's segments (zero/param_groups.hpp): unit by unit, each of one parameter group;
+  // a segment's index is its Backend slot (adamw, fetch_nonfinite).
+  std::vector<UpdateSegment> update_segments;
 
   std::optional<LossScaler> scaler;  // fp16 only
   EngineStats stats;

@@ -24,14 +24,15 @@ struct RankSummary {
 //    One all-gather of two integers a rank (the first such element: unit, offset in the unit)
 //    tells every rank, so all throw the same error together and none is left in a collective.
 void check_update_finite(Engine::Impl& s, std::int64_t step_no) {
-  const auto nu = static_cast<int>(s.layout.units.size());
-  const std::vector<std::int64_t> first = s.backend->fetch_nonfinite(nu);
+  const auto segments = static_cast<int>(s.update_segments.size());
+  const std::vector<std::int64_t> first = s.backend->fetch_nonfinite(segments);
   std::int64_t mine[2] = {-1, -1};
-  for (int u = 0; u < nu && mine[0] < 0; ++u) {
-    if (first[u] < 0) continue;
-    mine[0] = u;  // the state region is the rank's shard of the unit, or the whole unit (stage 0)
-    mine[1] =
-        first[u] + (s.policy.shard_optimizer ? s.layout.units[u].shard_range(s.rank).begin : 0);
+  for (int k = 0; k < segments && mine[0] < 0; ++k) {  // segments are in (unit, offset) order
+    if (first[k] < 0) continue;
+    const UpdateSegment& sg = s.update_segments[k];
+    mine[0] = sg.unit;  // the state region is the rank's shard of the unit, or the whole unit
+    mine[1] = sg.begin + first[k] +
+              (s.policy.shard_optimizer ? s.layout.units[sg.unit].shard_range(s.rank).begin : 0);
   }
   std::vector<std::int64_t> all(2 * static_cast<std::size_t>(s.ranks));
   s.all_gather_host(mine, all.data(), 2, DType::i64);
@@ -54,7 +55,7 @@ void check_update_finite(Engine::Impl& s, std::int64_t step_no) {
       break;
     }
   }
-  for (int v = 0; v < nu; ++v) s.reduce_count[v] = 0;
+  for (int& count : s.reduce_count) count = 0;
   s.reduce_log.clear();
   if (!s.accum.empty()) s.backend->fill_zero(s.accum.data(), s.accum.bytes());
   throw Error(
@@ -229,15 +230,32 @@ StepReport Engine::step() {
                                                            : kernels::AdamMode::adam_l2;
   h.bias_correction = s.config.optimizer.bias_correction;
   const auto grad_scale = static_cast<float>(inv_scale * mean * rep.clip_coefficient);
-  const kernels::AdamStep st = kernels::make_adam_step(h, rep.lr, s.applied_steps + 1, grad_scale);
+  // The step's scalars for the optimizer's own settings ([0]) and each parameter group ([g + 1]).
+  std::vector<kernels::AdamStep> steps;
+  steps.push_back(kernels::make_adam_step(h, rep.lr, s.applied_steps + 1, grad_scale));
+  for (const ParamGroup& g : s.config.param_groups) {
+    kernels::AdamHyper hg = h;
+    if (g.weight_decay) hg.weight_decay = *g.weight_decay;
+    steps.push_back(kernels::make_adam_step(hg, rep.lr * g.lr_scale, s.applied_steps + 1, grad_scale));
+  }
 
   // 6. AdamW on each unit's region; the new working params go straight where they live
   //    (stage 0: the full buffer; stage 3: the shard) or through an all-gather (stages 1-2).
   float* master = s.master.as<float>().data();
-  // The fused update, writing the new working params in the training dtype in the same pass.
+  // The fused update of unit u's state region (n elements from `off`), writing the new working
+  // params in the training dtype in the same pass: once per segment of one parameter group.
+  std::size_t seg = 0;
   auto update = [&](int u, std::int64_t off, std::int64_t n, const float* g, const Slice& out) {
-    s.backend->adamw(master + off, s.exp_avg.as<float>().data() + off,
-                     s.exp_avg_sq.as<float>().data() + off, g, n, st, out.data, out.dtype, u);
+    for (; seg < s.update_segments.size() && s.update_segments[seg].unit == u; ++seg) {
+      const UpdateSegment& sg = s.update_segments[seg];
+      const std::int64_t at = off + sg.begin;
+      s.backend->adamw(master + at, s.exp_avg.as<float>().data() + at,
+                       s.exp_avg_sq.as<float>().data() + at, g + sg.begin, sg.count,
+                       steps[static_cast<std::size_t>(sg.group + 1)],
+                       static_cast<char*>(out.data) + bytes(sg.begin, out.dtype), out.dtype,
+                       static_cast<int>(seg));
+    }
+    (void)n;
   };
   for (int u = 0; u < nu; ++u) {
     const auto& U = s.layout.units[u];

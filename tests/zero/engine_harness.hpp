@@ -23,6 +23,9 @@ struct RunSpec {
   double eps = 1e-8;
   bool bias_correction = true;
   std::int64_t persistence_threshold = 0;  // 0: every stage-3 unit is sharded and gathered
+  // A parameter group as a transformer trainer sets one: biases without weight decay, at half
+  // the learning rate (param_groups [{"params": ["*.bias"], "weight_decay": 0, "lr_scale": 0.5}]).
+  bool bias_group = false;
   models::MlpShape shape{3, 24, 48, 7};     // layers, width, global batch, seed
 };
 
@@ -50,6 +53,7 @@ inline Config make_config(const RunSpec& s) {
   c.optimizer.bias_correction = s.bias_correction;
   c.zero.overlap_comm = s.overlap;
   c.zero.stage3_param_persistence_threshold = s.persistence_threshold;
+  if (s.bias_group) c.param_groups.push_back({{"*.bias"}, 0.0, 0.5});
   return c;
 }
 
@@ -135,14 +139,18 @@ inline std::vector<std::vector<double>> reference_fp64(const RunSpec& spec,
     const double t = double(s + 1);
     const double bc1 = spec.bias_correction ? 1 - std::pow(b1, t) : 1.0;
     const double bc2 = spec.bias_correction ? 1 - std::pow(b2, t) : 1.0;
-    for (int i = 0; i < 2 * L; ++i)
+    for (int i = 0; i < 2 * L; ++i) {
+      const bool bias = i % 2 == 1;  // params alternate layer{l}.weight, layer{l}.bias
+      const double decay = spec.bias_group && bias ? 0.0 : wd;
+      const double lr = spec.bias_group && bias ? 0.5 * spec.lr : spec.lr;
       for (std::size_t k = 0; k < p[i].size(); ++k) {
         const double gk = g[i][k] * coef;
-        p[i][k] *= 1 - spec.lr * wd;
+        p[i][k] *= 1 - lr * decay;
         m[i][k] = b1 * m[i][k] + (1 - b1) * gk;
         v[i][k] = b2 * v[i][k] + (1 - b2) * gk * gk;
-        p[i][k] -= spec.lr / bc1 * m[i][k] / (std::sqrt(v[i][k]) / std::sqrt(bc2) + eps);
+        p[i][k] -= lr / bc1 * m[i][k] / (std::sqrt(v[i][k]) / std::sqrt(bc2) + eps);
       }
+    }
   }
   return p;
 }

@@ -515,3 +515,33 @@ TEST_CASE("Error locations carry the config path for programs to read") {
     CHECK(e.where().key == "zero_optimization.stage");
   }
 }
+
+TEST_CASE("param_groups: globs with a weight decay and an lr scale, read, written and refused") {
+  const Config c = parse(R"({"param_groups": [
+      {"params": ["*.bias", "*norm*"], "weight_decay": 0},
+      {"params": ["embed.weight"], "lr_scale": 0.1}]})");
+  REQUIRE(c.param_groups.size() == 2);
+  CHECK(c.param_groups[0].params == std::vector<std::string>{"*.bias", "*norm*"});
+  CHECK(c.param_groups[0].weight_decay == 0.0);
+  CHECK(c.param_groups[0].lr_scale == 1.0);
+  CHECK_FALSE(c.param_groups[1].weight_decay.has_value());
+  CHECK(c.param_groups[1].lr_scale == 0.1);
+  CHECK(c.warnings.empty());
+  CHECK(parse(to_json(c)) == c);
+  Config other = c;
+  other.param_groups[1].lr_scale = 0.2;
+  CHECK_FALSE(other == c);
+
+  CHECK(error_of(R"({"param_groups": {"params": ["*"]}})") ==
+        "param_groups: expected an array of {\"params\": [globs], \"weight_decay\", "
+        "\"lr_scale\"}, got an object");
+  CHECK(error_of(R"({"param_groups": [{"weight_decay": 0}]})") ==
+        "param_groups[0].params: missing; expected a non-empty array of parameter-name globs");
+  CHECK(error_of(R"({"param_groups": [{"params": []}]})") ==
+        "param_groups[0].params: expected a non-empty array of parameter-name globs, got []");
+  CHECK(error_of(R"({"param_groups": [{"params": ["*"], "lr_scale": -1}]})").rfind(
+            "param_groups[0].lr_scale: expected", 0) == 0);
+  // A typo of a group key is an error with a did-you-mean, as everywhere.
+  CHECK(error_of(R"({"param_groups": [{"params": ["*"], "weight_decy": 0}]})").find(
+            "weight_decay") != std::string::npos);
+}

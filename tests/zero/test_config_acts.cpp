@@ -148,6 +148,9 @@ const std::vector<Row>& rows() {
       {"optimizer.params.weight_decay", none, [](Config& c) { c.optimizer.weight_decay = 0.5; }},
       {"optimizer.params.adam_w_mode", [](Config& c) { c.optimizer.weight_decay = 0.1; },
        [](Config& c) { c.optimizer.type = zero::OptimizerType::adam; }},
+      // Biases without decay at half the lr: their updates change (the MLP's "layer{l}.bias").
+      {"param_groups", [](Config& c) { c.optimizer.weight_decay = 0.1; },
+       [](Config& c) { c.param_groups.push_back({{"*.bias"}, 0.0, 0.5}); }},
       {"optimizer.params.bias_correction", none,
        [](Config& c) { c.optimizer.bias_correction = false; }},
       {"scheduler.type", none, warmup},
