@@ -69,14 +69,9 @@ Precision parse_precision(const std::string& s) {
   throw Error(cat("--precision: expected bf16, fp16 or fp32, got '", s, "'"));
 }
 
-DType work_dtype(Precision p) {
-  return p == Precision::bf16 ? DType::bf16 : p == Precision::fp16 ? DType::f16 : DType::f32;
-}
 
-// The dtype gradients are reduced in: fp32 training reduces in fp32 whatever was asked (as the
-// engine does).
 DType reduce_dtype(const PlanInput& in) {
-  return in.precision == Precision::fp32 ? DType::f32 : in.reduce_dtype;
+  return zero::reduce_dtype(in.precision, in.reduce_dtype);
 }
 
 DType parse_reduce(const std::string& s) {
@@ -287,7 +282,7 @@ int cmd_plan(const Args& argv) {
   if (vm.count("precision")) in.precision = parse_precision(precision);
   if (vm.count("reduce-dtype")) {
     in.reduce_dtype = parse_reduce(reduce);
-    const DType work = work_dtype(in.precision);
+    const DType work = working_dtype(in.precision);
     if (in.reduce_dtype != DType::f32 && in.reduce_dtype != work)
       throw Error(cat("--reduce-dtype ", reduce, ": expected fp32 or the training dtype ",
                       name_of(work), " (--precision)"));
@@ -371,7 +366,7 @@ int cmd_plan(const Args& argv) {
       throw Error(cat("--hidden ", shape.hidden, " is not a multiple of --heads ", shape.heads));
     in.units = gpt_units(shape);
     hidden = shape.hidden;
-    in.activation_bytes = gpt_activation_bytes(shape, work_dtype(in.precision));
+    in.activation_bytes = gpt_activation_bytes(shape, working_dtype(in.precision));
     in.model_name = vm.count("preset") ? preset : "gpt";
     model_text = cat(
         in.model_name, ", ", human_count(count_params(in.units)), " params in ", in.units.size(),

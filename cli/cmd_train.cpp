@@ -357,7 +357,7 @@ int cmd_train(const Args& argv) {
                 "global batch %lld = %d x %lld micro-batches x %lld\n",
                 shape.layers, shape.width, static_cast<long long>(layout.numel), config.zero.stage, n,
                 n == 1 ? "" : "s", on_gpu ? "cuda (NCCL)" : "cpu (MPI)", std::string(name_of(config.precision)).c_str(),
-                std::string(name_of(config.precision == Precision::fp32 ? DType::f32 : config.communication_data_type)).c_str(),
+                std::string(name_of(reduce_dtype(config.precision, config.communication_data_type))).c_str(),
                 static_cast<long long>(global_batch), n, static_cast<long long>(accum),
                 static_cast<long long>(micro));
 

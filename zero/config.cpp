@@ -64,6 +64,22 @@ std::string_view name_of(Precision p) {
   return "?";
 }
 
+DType working_dtype(Precision p) {
+  switch (p) {
+    case Precision::bf16:
+      return DType::bf16;
+    case Precision::fp16:
+      return DType::f16;
+    case Precision::fp32:
+      return DType::f32;
+  }
+  return DType::f32;
+}
+
+DType reduce_dtype(Precision p, DType communication_data_type) {
+  return p == Precision::fp32 ? DType::f32 : communication_data_type;
+}
+
 std::string_view name_of(OptimizerType t) {
   return t == OptimizerType::adam ? "Adam" : "AdamW";
 }

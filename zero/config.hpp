@@ -174,6 +174,13 @@ std::string to_json(const Config& config);
 
 // Names as they appear in the JSON ("bf16", "AdamW", "WarmupCosineLR", "log", "cpu").
 std::string_view name_of(Precision p);
+
+// What a precision trains in: the working params' and the gradients' dtype.
+DType working_dtype(Precision p);
+// The dtype gradients are reduced in, the one rule the engine, the planner and both commands
+// read: fp32 training reduces in fp32 whatever communication_data_type asks, other precisions in
+// communication_data_type.
+DType reduce_dtype(Precision p, DType communication_data_type);
 std::string_view name_of(OptimizerType t);
 std::string_view name_of(ScheduleType t);  // "constant" for ScheduleType::constant
 std::string_view name_of(WarmupType t);

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "zero/engine_impl.hpp"
+#include "zero/fnv.hpp"
 
 namespace zero {
 
@@ -14,14 +15,6 @@ Slice slice(const Allocation& a, DType dtype, std::int64_t offset, std::int64_t 
 
 namespace {
 
-DType working_dtype(Precision p) {
-  switch (p) {
-    case Precision::bf16: return DType::bf16;
-    case Precision::fp16: return DType::f16;
-    case Precision::fp32: return DType::f32;
-  }
-  return DType::f32;
-}
 
 std::unique_ptr<Backend> make_backend(const EngineOptions& o, const comm::Communicator& world) {
   std::unique_ptr<Backend> b = o.memory == comm::Memory::host ? make_cpu_backend()
@@ -43,17 +36,14 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const comm::Commun
 // different units and sum unrelated gradients.
 void check_same_layout(Engine::Impl& s) {
   const Layout& layout = s.layout;
-  std::uint64_t h = 1469598103934665603ull;
-  auto mix = [&](std::uint64_t x) {
-    for (int i = 0; i < 8; ++i) h = (h ^ ((x >> (8 * i)) & 0xff)) * 1099511628211ull;
-  };
+  Fnv1a h;
   for (const auto& p : layout.params) {
-    mix(static_cast<std::uint64_t>(p.unit));
-    mix(static_cast<std::uint64_t>(p.numel));
-    for (char c : p.name) mix(static_cast<unsigned char>(c));
+    h.add(static_cast<std::uint64_t>(p.unit));
+    h.add(static_cast<std::uint64_t>(p.numel));
+    for (char c : p.name) h.add(static_cast<unsigned char>(c));
   }
   std::vector<std::int64_t> all(s.ranks);
-  std::int64_t mine = static_cast<std::int64_t>(h);
+  std::int64_t mine = static_cast<std::int64_t>(h.value);
   s.all_gather_host(&mine, all.data(), 1, DType::i64);
   for (int r = 1; r < s.ranks; ++r)
     if (all[r] != all[0])
@@ -82,7 +72,7 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
   rank = w.rank();
   ranks = w.size();
   work_dtype = working_dtype(config.precision);
-  reduce_dtype = config.precision == Precision::fp32 ? DType::f32 : config.communication_data_type;
+  reduce_dtype = zero::reduce_dtype(config.precision, config.communication_data_type);
   if (reduce_dtype != DType::f32 && reduce_dtype != work_dtype)
     throw Error(cat("expected fp32 or the training dtype (", name_of(work_dtype), "), got ",
                     name_of(reduce_dtype)),

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "zero/engine_impl.hpp"
+#include "zero/fnv.hpp"
 #include "zero/schedule.hpp"
 
 namespace zero {
@@ -125,9 +126,9 @@ StepReport Engine::step() {
     s.backend->squared_norm(own, U.shard_numel, u);
   }
   for (double n : s.backend->fetch_norms(nu)) mine.squared_norm += n;  // unit order
-  mine.order = 1469598103934665603ull;
-  for (int u : s.reduce_log)
-    for (int i = 0; i < 4; ++i) mine.order = (mine.order ^ ((u >> (8 * i)) & 0xff)) * 1099511628211ull;
+  Fnv1a order;
+  for (int u : s.reduce_log) order.add(static_cast<std::uint64_t>(u), 4);
+  mine.order = order.value;
 
   std::vector<RankSummary> all(static_cast<std::size_t>(s.ranks));
   s.all_gather_host(&mine, all.data(), 2, DType::i64);
@@ -312,15 +313,15 @@ std::vector<float> Engine::gather_master(int p) {
 }
 
 std::uint64_t Engine::master_checksum() {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a 64 offset basis
+  Fnv1a h;
   for (int p = 0; p < static_cast<int>(impl_->layout.params.size()); ++p) {
     for (float x : gather_master(p)) {
       std::uint32_t b;
       std::memcpy(&b, &x, 4);
-      for (int i = 0; i < 4; ++i) h = (h ^ ((b >> (8 * i)) & 0xffu)) * 1099511628211ull;
+      h.add(b, 4);
     }
   }
-  return h;
+  return h.value;
 }
 
 }  // namespace zero

@@ -23,16 +23,6 @@
 namespace zero {
 namespace {
 
-std::int64_t work_bytes(Precision p) { return p == Precision::fp32 ? 4 : 2; }
-
-DType work_dtype(Precision p) {
-  switch (p) {
-    case Precision::bf16: return DType::bf16;
-    case Precision::fp16: return DType::f16;
-    case Precision::fp32: return DType::f32;
-  }
-  return DType::f32;
-}
 
 std::string with_commas(std::int64_t v) {
   std::string s = std::to_string(v < 0 ? -v : v), out;
@@ -249,7 +239,7 @@ PlanInput plan_input_from_config(const Config& c, int ranks) {
   in.ranks = ranks;
   in.stage = c.zero.stage;
   in.precision = c.precision;
-  in.reduce_dtype = c.precision == Precision::fp32 ? DType::f32 : c.communication_data_type;
+  in.reduce_dtype = reduce_dtype(c.precision, c.communication_data_type);
   in.gradient_accumulation_steps = c.gradient_accumulation_steps;
   in.overlap_comm = c.zero.overlap_comm;
   in.reduce_bucket_size = c.zero.reduce_bucket_size;
@@ -481,8 +471,8 @@ std::int64_t replay_step(const Sizes& L, const StagePolicy& pol, const PlanInput
 
 Plan plan_memory(const PlanInput& in) {
   validate(in);
-  const DType wd = work_dtype(in.precision);
-  const DType rd = in.precision == Precision::fp32 ? DType::f32 : in.reduce_dtype;
+  const DType wd = working_dtype(in.precision);
+  const DType rd = reduce_dtype(in.precision, in.reduce_dtype);
   if (rd != DType::f32 && rd != wd)
     throw Error(cat("reduce dtype: expected fp32 or the training dtype (", name_of(wd), "), got ",
                     name_of(rd)));
@@ -496,7 +486,7 @@ Plan plan_memory(const PlanInput& in) {
   lo.bucket_elements = in.reduce_bucket_size;
   const Sizes L = lay_out(in.units, lo);
 
-  const std::int64_t w = work_bytes(in.precision), r = static_cast<std::int64_t>(size_of(rd));
+  const std::int64_t w = static_cast<std::int64_t>(size_of(wd)), r = static_cast<std::int64_t>(size_of(rd));
   const std::int64_t P = L.padded_numel, Sh = L.shard_numel;
   const std::int64_t state = pol.shard_optimizer ? Sh : P;
   const bool fp32 = in.precision == Precision::fp32;
