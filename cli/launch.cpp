@@ -13,7 +13,6 @@
 #include <thread>
 #include <utility>
 
-#include "comm/mpi_request.hpp"
 #include "comm/mpi_runtime.hpp"
 #include "zero/error.hpp"
 
@@ -127,8 +126,6 @@ void ensure_ranks(int ranks, const std::vector<std::string>& argv) {
   // from every surviving rank under the one error line.)
   ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
   ::setenv("ZERO_RELAUNCHED", "1", 1);
-  // Inherited by mpirun, the ranks and their threads (see comm/mpi_request.hpp for why).
-  comm::mpi::use_short_time_slices();
 
   // -q: without it mpirun adds its banners ("MPI_ABORT was invoked on rank 0...", "Primary job
   // terminated normally, but 1 process returned a non-zero exit code...") under the one line

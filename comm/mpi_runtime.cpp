@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "comm/abort.hpp"
+#include "comm/mpi_request.hpp"
 #include "zero/error.hpp"
 
 namespace zero::comm {
@@ -85,6 +86,8 @@ void MpiRuntime::init(int* argc, char*** argv, RuntimeOptions options) {
     MPI_Query_thread(&thread_level_);
     return;
   }
+  // This rank's threads, and those MPI and the communicators start, under any launcher.
+  mpi::use_short_time_slices();
   int rc = MPI_SUCCESS;
   {
     const StartupWatchdog watchdog(options.startup_timeout_seconds, options.error_prefix);

@@ -15,7 +15,6 @@ Slice slice(const Allocation& a, DType dtype, std::int64_t offset, std::int64_t 
 
 namespace {
 
-
 std::unique_ptr<Backend> make_backend(const EngineOptions& o, const comm::Communicator& world) {
   std::unique_ptr<Backend> b = o.memory == comm::Memory::host ? make_cpu_backend()
                                : o.emulate_device              ? make_emulated_device_backend()
@@ -468,22 +467,23 @@ void Engine::reduce_grads(int u) {
   const auto& U = s.layout.units[u];
   PendingReduce& p = s.pending[u];
   const comm::ReduceOp op = comm::ReduceOp::sum;
-  // Handing a collective to the communicator wakes its thread, which may run at once on a busy
-  // CPU: that is communication time too (EngineStats::wait_seconds).
-  std::optional<ScopeTimer> issuing(std::in_place, s.stats.wait_seconds);
-  if (s.policy.gather_grads) {
-    // Stage 0: all-reduce as reduce-scatter into this rank's block, then all-gather.
-    p.block = s.alloc(Category::comm_buckets, bytes(U.shard_numel, s.reduce_dtype));
-    Slice block = slice(p.block, s.reduce_dtype, 0, U.shard_numel);
-    Slice full = s.reduced_aliases_grads ? g : slice(s.reduced, s.reduce_dtype, U.offset, U.padded_numel);
-    p.handles.push_back(s.world.reduce_scatter_async(g.cview(), block.view(), op));
-    p.handles.push_back(s.world.all_gather_async(block.cview(), full.view()));
-  } else {
-    Slice out = slice(s.reduced, s.reduce_dtype, U.shard_offset, U.shard_numel);
-    p.handles.push_back(s.world.reduce_scatter_async(g.cview(), out.view(), op));
-    if (s.policy.shard_grads) p.unit_grads = std::move(s.grads_unit[u]);
+  {
+    // Handing a collective to the communicator wakes its thread, which may run at once on a busy
+    // CPU: that is communication time too (EngineStats::wait_seconds).
+    const ScopeTimer issuing = s.waiting();
+    if (s.policy.gather_grads) {
+      // Stage 0: all-reduce as reduce-scatter into this rank's block, then all-gather.
+      p.block = s.alloc(Category::comm_buckets, bytes(U.shard_numel, s.reduce_dtype));
+      Slice block = slice(p.block, s.reduce_dtype, 0, U.shard_numel);
+      Slice full = s.reduced_aliases_grads ? g : slice(s.reduced, s.reduce_dtype, U.offset, U.padded_numel);
+      p.handles.push_back(s.world.reduce_scatter_async(g.cview(), block.view(), op));
+      p.handles.push_back(s.world.all_gather_async(block.cview(), full.view()));
+    } else {
+      Slice out = slice(s.reduced, s.reduce_dtype, U.shard_offset, U.shard_numel);
+      p.handles.push_back(s.world.reduce_scatter_async(g.cview(), out.view(), op));
+      if (s.policy.shard_grads) p.unit_grads = std::move(s.grads_unit[u]);
+    }
   }
-  issuing.reset();
   p.active = true;
   p.issued_at = s.trainer_calls;
   ++s.stats.reductions;

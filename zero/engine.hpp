@@ -101,7 +101,8 @@ struct EngineStats {
   // overlap did not hide, the small all-gathers of step() and init_params).
   // optimizer_seconds: in step() outside such waits (norms, unscale, the shard update, the
   // 16-bit copy), and zeroing (stages 0-1) or allocating (2-3) a unit's gradient buffer at its
-  // first grad() of a micro-batch, the optimizer's zero_grad. Together with the trainer's own compute and data time they make up the step.
+  // first grad() of a micro-batch, the optimizer's zero_grad. Together with the trainer's own
+  // compute and data time they make up the step.
   double wait_seconds = 0;
   double optimizer_seconds = 0;
 };

@@ -243,10 +243,10 @@ StepReport Engine::step() {
   // 6. AdamW on each unit's region; the new working params go straight where they live
   //    (stage 0: the full buffer; stage 3: the shard) or through an all-gather (stages 1-2).
   float* master = s.master.as<float>().data();
-  // The fused update of unit u's state region (n elements from `off`), writing the new working
-  // params in the training dtype in the same pass: once per segment of one parameter group.
+  // The fused update of unit u's state region (from `off`), writing the new working params in the
+  // training dtype in the same pass: once per segment of one parameter group.
   std::size_t seg = 0;
-  auto update = [&](int u, std::int64_t off, std::int64_t n, const float* g, const Slice& out) {
+  auto update = [&](int u, std::int64_t off, const float* g, const Slice& out) {
     for (; seg < s.update_segments.size() && s.update_segments[seg].unit == u; ++seg) {
       const UpdateSegment& sg = s.update_segments[seg];
       const std::int64_t at = off + sg.begin;
@@ -256,7 +256,6 @@ StepReport Engine::step() {
                        static_cast<char*>(out.data) + bytes(sg.begin, out.dtype), out.dtype,
                        static_cast<int>(seg));
     }
-    (void)n;
   };
   for (int u = 0; u < nu; ++u) {
     const auto& U = s.layout.units[u];
@@ -264,14 +263,14 @@ StepReport Engine::step() {
     const float* g = grad_f32(u);
     if (!s.policy.shard_optimizer) {
       Slice out = slice(s.full_params(), s.work_dtype, U.offset, U.padded_numel);
-      update(u, off, n, g, out);
+      update(u, off, g, out);
     } else if (s.policy.shard_params && !U.persistent) {
       Slice out = slice(s.shard_params(), s.work_dtype, U.shard_offset, U.shard_numel);
-      update(u, off, n, g, out);
+      update(u, off, g, out);
     } else {
       Allocation tmp = s.alloc(Category::comm_buckets, bytes(n, s.work_dtype));
       Slice out = slice(tmp, s.work_dtype, 0, n);
-      update(u, off, n, g, out);
+      update(u, off, g, out);
       s.all_gather_params(u, out);
     }
   }

@@ -59,18 +59,18 @@ bool fix_disabled() {
   return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
 }
 
-// OPENBLAS_CORETYPE as the user's choice, unless zero set it or a test says it stands for
-// OpenBLAS's detection.
-bool user_coretype() {
-  const char* set = std::getenv(kCoretypeVar);
-  if (!env_set(kCoretypeVar)) return false;
+// Who chose the core: OPENBLAS_CORETYPE is the user's unless zero set it (it equals the marker)
+// or a test says it stands for OpenBLAS's own detection.
+CoretypeSource coretype_source() {
+  if (!env_set(kCoretypeVar)) return CoretypeSource::detected;
   const char* applied = std::getenv(kAppliedVar);
-  if (applied != nullptr && std::strcmp(set, applied) == 0) return false;
-  return !env_set(kAsDetectedVar);
+  if (applied != nullptr && std::strcmp(std::getenv(kCoretypeVar), applied) == 0)
+    return CoretypeSource::zero;
+  return env_set(kAsDetectedVar) ? CoretypeSource::detected : CoretypeSource::user;
 }
 
 BlasFixEnv fix_env() {
-  return {user_coretype(), env_set(kAppliedVar), fix_disabled()};
+  return {coretype_source() == CoretypeSource::user, env_set(kAppliedVar), fix_disabled()};
 }
 
 }  // namespace
@@ -137,11 +137,7 @@ BlasCoreStatus blas_core_status() {
   s.best = best_coretype(f);
   s.recommended = recommended_coretype(f, s.running);
   const char* set = std::getenv(kCoretypeVar);
-  const char* applied = std::getenv(kAppliedVar);
-  if (set != nullptr && applied != nullptr && std::strcmp(set, applied) == 0)
-    s.source = CoretypeSource::zero;
-  else if (user_coretype())
-    s.source = CoretypeSource::user;
+  s.source = coretype_source();
   s.fix_disabled = fix_disabled();
   if (!s.recommended.empty()) {
     s.warning = "OpenBLAS runs its " + s.running + " kernels but this CPU can run " +
