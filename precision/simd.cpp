@@ -39,7 +39,9 @@ CpuFeatures detect() {
   f.avx2 = f.avx && ((ebx7 >> 5) & 1);
   const bool zmm = f.avx && os_zmm;
   f.avx512f = zmm && ((ebx7 >> 16) & 1);
+  f.avx512cd = f.avx512f && ((ebx7 >> 28) & 1);
   f.avx512bw = f.avx512f && ((ebx7 >> 30) & 1);
+  f.avx512dq = f.avx512f && ((ebx7 >> 17) & 1);
   f.avx512vl = f.avx512f && ((ebx7 >> 31) & 1);
   f.avx512fp16 = f.avx512f && ((edx7 >> 23) & 1);
   __cpuid_count(7, 1, a, b, c, d);
@@ -66,7 +68,9 @@ std::string describe(const CpuFeatures& f) {
                                               {"fma", f.fma},
                                               {"f16c", f.f16c},
                                               {"avx512f", f.avx512f},
+                                              {"avx512cd", f.avx512cd},
                                               {"avx512bw", f.avx512bw},
+                                              {"avx512dq", f.avx512dq},
                                               {"avx512vl", f.avx512vl},
                                               {"avx512bf16", f.avx512bf16},
                                               {"avx512fp16", f.avx512fp16}};

@@ -19,7 +19,9 @@ struct CpuFeatures {
   bool fma = false;
   bool f16c = false;
   bool avx512f = false;
+  bool avx512cd = false;
   bool avx512bw = false;
+  bool avx512dq = false;
   bool avx512vl = false;
   bool avx512bf16 = false;
   bool avx512fp16 = false;

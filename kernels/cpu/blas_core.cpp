@@ -75,24 +75,7 @@ BlasFixEnv fix_env() {
 
 }  // namespace
 
-BlasCpuFeatures blas_cpu_features() {
-  BlasCpuFeatures f;
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  f.avx = __builtin_cpu_supports("avx");
-  f.avx2 = __builtin_cpu_supports("avx2");
-  f.fma = __builtin_cpu_supports("fma");
-  f.avx512f = __builtin_cpu_supports("avx512f");
-  f.avx512cd = __builtin_cpu_supports("avx512cd");
-  f.avx512bw = __builtin_cpu_supports("avx512bw");
-  f.avx512dq = __builtin_cpu_supports("avx512dq");
-  f.avx512vl = __builtin_cpu_supports("avx512vl");
-  f.avx512bf16 = __builtin_cpu_supports("avx512bf16");
-#endif
-  return f;
-}
-
-std::string_view best_coretype(const BlasCpuFeatures& f) {
+std::string_view best_coretype(const CpuFeatures& f) {
   const bool avx512 = f.avx512f && f.avx512cd && f.avx512bw && f.avx512dq && f.avx512vl;
   if (avx512 && f.avx512bf16) return "Cooperlake";
   if (avx512) return "SkylakeX";
@@ -101,7 +84,7 @@ std::string_view best_coretype(const BlasCpuFeatures& f) {
   return {};
 }
 
-std::string_view recommended_coretype(const BlasCpuFeatures& f, std::string_view corename) {
+std::string_view recommended_coretype(const CpuFeatures& f, std::string_view corename) {
   const std::string_view best = best_coretype(f);
   const int running = rank_of(corename);
   if (best.empty() || running == 0) return {};
@@ -133,7 +116,7 @@ BlasCoreStatus blas_core_status() {
   }
   s.library = config;
   s.running = openblas_get_corename();
-  const BlasCpuFeatures f = blas_cpu_features();
+  const CpuFeatures& f = cpu_features();
   s.best = best_coretype(f);
   s.recommended = recommended_coretype(f, s.running);
   const char* set = std::getenv(kCoretypeVar);
@@ -159,7 +142,7 @@ BlasCoreStatus blas_core_status() {
 }
 
 void fix_blas_coretype(int argc, char** argv) {
-  const BlasCpuFeatures f = blas_cpu_features();
+  const CpuFeatures& f = cpu_features();
   const std::string target(
       coretype_to_set(fix_env(), recommended_coretype(f, openblas_get_corename())));
   if (target.empty() || argc < 1 || argv == nullptr) return;

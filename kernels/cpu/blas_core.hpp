@@ -8,35 +8,20 @@
 #include <string>
 #include <string_view>
 
+#include "precision/simd.hpp"  // CpuFeatures: what decides which kernels can run
+
 namespace zero::kernels::cpu {
-
-// The CPU features that decide which OpenBLAS x86-64 kernels can run; each counts only if the
-// OS also saves the registers (what __builtin_cpu_supports reports).
-struct BlasCpuFeatures {
-  bool avx = false;
-  bool avx2 = false;
-  bool fma = false;
-  bool avx512f = false;
-  bool avx512cd = false;
-  bool avx512bw = false;
-  bool avx512dq = false;
-  bool avx512vl = false;
-  bool avx512bf16 = false;
-};
-
-// This CPU's (all false on a CPU that is not x86-64).
-BlasCpuFeatures blas_cpu_features();
 
 // The strongest OpenBLAS core this CPU can run, as OPENBLAS_CORETYPE spells it (names that
 // OpenBLAS 0.3.21 accepts): "Cooperlake" (AVX-512 F/CD/BW/DQ/VL + BF16), "SkylakeX" (AVX-512),
 // "Haswell" (AVX2 + FMA), "Sandybridge" (AVX); empty below AVX (no opinion).
-std::string_view best_coretype(const BlasCpuFeatures& f);
+std::string_view best_coretype(const CpuFeatures& f);
 
 // The OPENBLAS_CORETYPE that would make OpenBLAS, now running `corename`'s kernels, run this
 // CPU's best ones: best_coretype(f) when corename's kernels are of a weaker class; empty when
 // they are as strong (e.g. "Zen" on an AVX2 CPU) or corename is a name this table does not know
 // (then zero leaves OpenBLAS alone).
-std::string_view recommended_coretype(const BlasCpuFeatures& f, std::string_view corename);
+std::string_view recommended_coretype(const CpuFeatures& f, std::string_view corename);
 
 // Who chose the core OpenBLAS runs.
 enum class CoretypeSource {

@@ -9,34 +9,36 @@
 #include "kernels/cpu/gemm.hpp"
 
 using namespace zero::kernels::cpu;
+using zero::cpu_features;
+using zero::CpuFeatures;
 
 namespace {
 
-BlasCpuFeatures sse_only() {
+CpuFeatures sse_only() {
   return {};
 }
-BlasCpuFeatures avx_only() {
-  BlasCpuFeatures f;
+CpuFeatures avx_only() {
+  CpuFeatures f;
   f.avx = true;
   return f;
 }
-BlasCpuFeatures avx2_fma() {
-  BlasCpuFeatures f = avx_only();
+CpuFeatures avx2_fma() {
+  CpuFeatures f = avx_only();
   f.avx2 = f.fma = true;
   return f;
 }
-BlasCpuFeatures avx512() {  // Skylake-SP, Ice Lake, an AVX-512 VM without BF16
-  BlasCpuFeatures f = avx2_fma();
+CpuFeatures avx512() {  // Skylake-SP, Ice Lake, an AVX-512 VM without BF16
+  CpuFeatures f = avx2_fma();
   f.avx512f = f.avx512cd = f.avx512bw = f.avx512dq = f.avx512vl = true;
   return f;
 }
-BlasCpuFeatures avx512_bf16() {  // Cooper Lake, Sapphire/Emerald Rapids, Zen 4/5
-  BlasCpuFeatures f = avx512();
+CpuFeatures avx512_bf16() {  // Cooper Lake, Sapphire/Emerald Rapids, Zen 4/5
+  CpuFeatures f = avx512();
   f.avx512bf16 = true;
   return f;
 }
-BlasCpuFeatures avx512f_only() {  // Knights Landing-like: F and CD, no BW/DQ/VL
-  BlasCpuFeatures f = avx2_fma();
+CpuFeatures avx512f_only() {  // Knights Landing-like: F and CD, no BW/DQ/VL
+  CpuFeatures f = avx2_fma();
   f.avx512f = f.avx512cd = true;
   return f;
 }
@@ -50,14 +52,14 @@ TEST_CASE("The best core is the strongest class of kernels the CPU's features al
   CHECK(best_coretype(avx2_fma()) == "Haswell");
   CHECK(best_coretype(avx_only()) == "Sandybridge");
   CHECK(best_coretype(sse_only()).empty());
-  BlasCpuFeatures avx2_no_fma = avx2_fma();
+  CpuFeatures avx2_no_fma = avx2_fma();
   avx2_no_fma.fma = false;
   CHECK(best_coretype(avx2_no_fma) == "Sandybridge");
 }
 
 TEST_CASE("A core of a weaker class than the CPU's best is replaced by the best") {
   struct Row {
-    BlasCpuFeatures cpu;
+    CpuFeatures cpu;
     std::string_view running;
     std::string_view recommended;  // empty: leave OpenBLAS alone
   };
@@ -120,8 +122,8 @@ TEST_CASE("The status names the running core, this CPU's best and the library") 
   const BlasCoreStatus s = blas_core_status();
   CHECK(s.library.rfind("OpenBLAS ", 0) == 0);
   CHECK_FALSE(s.running.empty());
-  CHECK(s.best == best_coretype(blas_cpu_features()));
-  CHECK(s.recommended == recommended_coretype(blas_cpu_features(), s.running));
+  CHECK(s.best == best_coretype(cpu_features()));
+  CHECK(s.recommended == recommended_coretype(cpu_features(), s.running));
   CHECK(s.warning.empty() == s.recommended.empty());
 }
 

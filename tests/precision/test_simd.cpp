@@ -12,7 +12,8 @@ TEST_CASE("detected CPU features are consistent with each other", "[simd]") {
   const CpuFeatures& f = cpu_features();
   INFO("this CPU: " << describe(f));
   if (f.avx2 || f.fma || f.f16c) CHECK(f.avx);
-  if (f.avx512bw || f.avx512vl || f.avx512bf16 || f.avx512fp16) CHECK(f.avx512f);
+  if (f.avx512cd || f.avx512bw || f.avx512dq || f.avx512vl || f.avx512bf16 || f.avx512fp16)
+    CHECK(f.avx512f);
   if (f.avx512f) CHECK(f.avx2);
   CHECK(&cpu_features() == &f);  // detected once
 }
@@ -21,7 +22,8 @@ TEST_CASE("describe names every feature, found or absent", "[simd]") {
   CpuFeatures f;
   f.avx = f.avx2 = true;
   const std::string d = describe(f);
-  CHECK(d == "avx avx2 (absent: sse4.2 fma f16c avx512f avx512bw avx512vl avx512bf16 avx512fp16)");
+  CHECK(d == "avx avx2 (absent: sse4.2 fma f16c avx512f avx512cd avx512bw avx512dq avx512vl avx512bf16 "
+          "avx512fp16)");
   CHECK(describe(CpuFeatures{}).rfind("none (absent: sse4.2", 0) == 0);
 }
 
