@@ -187,7 +187,7 @@ class Communicator {
   virtual Accounting accounting() const = 0;
   virtual void reset_accounting() = 0;
   // The most bytes the backend has held at once in internal staging buffers (pipeline slots,
-  // accumulators), for the engine's memory ledger ("comm_buckets").
+  // accumulators), for the engine's memory ledger ("comm_staging").
   virtual std::size_t scratch_bytes_peak() const = 0;
 
   // Blocking forms: the same ordering, results and errors as *_async(...).wait(). A backend may

@@ -69,5 +69,8 @@ std::unique_ptr<Backend> make_emulated_device_backend();
 // CUDA device `device` (-1: the current one), kernels on `stream` (a cudaStream_t; nullptr: the
 // legacy default stream). Throws zero::Error in a build without CUDA or with no device.
 std::unique_ptr<Backend> make_cuda_backend(int device = -1, void* stream = nullptr);
+// No memory and no work (EngineOptions::count_only): allocations are disjoint address ranges that
+// are never mapped, kernels return at once, norms are 0 and no update is non-finite.
+std::unique_ptr<Backend> make_counting_backend(comm::Memory memory);
 
 }  // namespace zero

@@ -225,7 +225,7 @@ std::string to_json(const Config& c) {
   auto inert = [&](std::string_view key, std::int64_t value, std::int64_t default_value) {
     if (value != default_value) zo[key] = value;
   };
-  inert("reduce_bucket_size", z.reduce_bucket_size, defaults.reduce_bucket_size);
+  if (z.reduce_bucket_size != defaults.reduce_bucket_size) zo["reduce_bucket_size"] = z.reduce_bucket_size;
   inert("allgather_bucket_size", z.allgather_bucket_size, defaults.allgather_bucket_size);
   inert("stage3_max_reuse_distance", z.stage3_max_reuse_distance,
         defaults.stage3_max_reuse_distance);

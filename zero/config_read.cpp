@@ -275,8 +275,16 @@ void read_zero(const ObjectReader& top, ZeroConfig& z) {
     s.integer("stage", z.stage, 0, 3);
     bool o = false;
     if (s.flag("overlap_comm", o)) overlap = o;
-    read_inert_size(s, "reduce_bucket_size", z.reduce_bucket_size,
-                    "zero reduces one unit's gradients at a time");
+    // Acts: consecutive units' gradients are reduced as one collective of up to this many
+    // elements (zero/layout.hpp, plan_buckets). DeepSpeed accepts 0; a bucket holds at least one
+    // unit, so 0 keeps the default, said once.
+    if (std::int64_t bucket = 0; s.integer("reduce_bucket_size", bucket, 0)) {
+      if (bucket > 0)
+        z.reduce_bucket_size = bucket;
+      else
+        s.warnings().push_back(cat(s.path_of("reduce_bucket_size"), " 0 keeps the default, ",
+                                   z.reduce_bucket_size, " elements (a bucket holds whole units)"));
+    }
     read_inert_size(s, "allgather_bucket_size", z.allgather_bucket_size,
                     "zero all-gathers one unit's parameters at a time");
     // Zero is meaningful for these: no prefetch, nothing persistent, release at once.

@@ -1,6 +1,7 @@
 // Engine: buffers from the layout, gather/release (stage 3), gradient buffers and their reduction.
 // The optimizer step is in engine_step.cpp.
 #include <algorithm>
+#include <cstring>
 #include <iostream>
 
 #include "zero/engine_impl.hpp"
@@ -16,7 +17,8 @@ Slice slice(const Allocation& a, DType dtype, std::int64_t offset, std::int64_t 
 namespace {
 
 std::unique_ptr<Backend> make_backend(const EngineOptions& o, const comm::Communicator& world) {
-  std::unique_ptr<Backend> b = o.memory == comm::Memory::host ? make_cpu_backend()
+  std::unique_ptr<Backend> b = o.count_only                    ? make_counting_backend(o.memory)
+                               : o.memory == comm::Memory::host ? make_cpu_backend()
                                : o.emulate_device              ? make_emulated_device_backend()
                                                                : make_cuda_backend(o.device);
   if (world.memory() != b->memory())
@@ -31,6 +33,19 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const comm::Commun
   return b;
 }
 
+}  // namespace
+
+// The backend's allocator in the ledger slot of the memory it serves (host: the ledger's own
+// heap allocator unless the backend brings one).
+Engine::Impl::Allocators Engine::Impl::allocators_of(Backend& b) {
+  Allocators a;
+  std::unique_ptr<Allocator> mine = b.make_allocator();
+  (mine && mine->where() == comm::Memory::host ? a.host : a.device) = std::move(mine);
+  return a;
+}
+
+namespace {
+
 // Checks that every rank registered the same units: a mismatch would pair collectives of
 // different units and sum unrelated gradients.
 void check_same_layout(Engine::Impl& s) {
@@ -41,10 +56,10 @@ void check_same_layout(Engine::Impl& s) {
     h.add(static_cast<std::uint64_t>(p.numel));
     for (char c : p.name) h.add(static_cast<unsigned char>(c));
   }
-  std::vector<std::int64_t> all(s.ranks);
+  std::vector<std::int64_t> all(s.agreeing_ranks());
   std::int64_t mine = static_cast<std::int64_t>(h.value);
   s.all_gather_host(&mine, all.data(), 1, DType::i64);
-  for (int r = 1; r < s.ranks; ++r)
+  for (int r = 1; r < s.agreeing_ranks(); ++r)
     if (all[r] != all[0])
       throw Error(cat("rank ", r, " registered different units or parameters than rank 0 (",
                       layout.units.size(), " units, ", layout.params.size(),
@@ -54,13 +69,14 @@ void check_same_layout(Engine::Impl& s) {
 
 }  // namespace
 
-Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec> units,
+Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec> specs,
                    EngineOptions o)
     : config(c),
       world(w),
       options(std::move(o)),
       backend(make_backend(options, w)),
-      ledger(nullptr, backend->make_allocator()) {
+      allocators(allocators_of(*backend)),
+      ledger(std::move(allocators.host), std::move(allocators.device)) {
   if (config.zero.stage < 0 || config.zero.stage > 3)
     throw Error(cat("expected 0..3, got ", config.zero.stage), {.key = "zero_optimization.stage"});
   if (config.gradient_accumulation_steps < 1)
@@ -89,7 +105,7 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
   lo.persistence_threshold =
       config.zero.stage == 3 ? config.zero.stage3_param_persistence_threshold : 0;
   lo.bucket_elements = config.zero.reduce_bucket_size;
-  layout = make_layout(units, lo);
+  layout = make_layout(specs, lo);
   check_same_layout(*this);
   update_segments = zero::update_segments(layout, param_groups_of(layout, config.param_groups),
                                           policy.shard_optimizer, rank);
@@ -100,26 +116,22 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
   exp_avg = alloc(Category::optimizer_m, bytes(state_n, DType::f32));
   exp_avg_sq = alloc(Category::optimizer_v, bytes(state_n, DType::f32));
 
-  gathered.resize(nu);
-  unit_state.assign(nu, UnitState::gathered);
-  gather_handle.resize(nu);
+  units.resize(nu);
   params_alias_master = work_dtype == DType::f32 && (!policy.shard_optimizer || policy.shard_params);
   if (policy.shard_params) {
     if (!params_alias_master)
       params_shard = alloc(Category::params, bytes(layout.shard_numel, work_dtype));
     for (std::size_t u = 0; u < nu; ++u) {
       if (layout.units[u].persistent) {
-        gathered[u] = alloc(Category::params, bytes(layout.units[u].padded_numel, work_dtype));
+        units[u].gathered = alloc(Category::params, bytes(layout.units[u].padded_numel, work_dtype));
       } else {
-        unit_state[u] = UnitState::sharded;
+        units[u].state = UnitState::sharded;
       }
     }
   } else if (!params_alias_master) {
     params_full = alloc(Category::params, bytes(layout.padded_numel, work_dtype));
   }
 
-  grads_unit.resize(nu);
-  grads_fresh.assign(nu, false);
   if (!policy.shard_grads)
     grads_full = alloc(Category::grads, bytes(layout.padded_numel, work_dtype));
 
@@ -129,16 +141,15 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
   if (policy.gather_grads) {
     reduced_aliases_grads = reduce_dtype == work_dtype;
     if (!reduced_aliases_grads)
-      reduced = alloc(Category::grad_accum, bytes(layout.padded_numel, reduce_dtype));
+      reduced = alloc(Category::reduced_grads, bytes(layout.padded_numel, reduce_dtype));
   } else {
-    reduced = alloc(policy.shard_grads ? Category::grads : Category::grad_accum,
+    reduced = alloc(policy.shard_grads ? Category::grads : Category::reduced_grads,
                     bytes(layout.shard_numel, reduce_dtype));
   }
   if (accumulation > 1)
-    accum = alloc(Category::grad_accum,
+    accum = alloc(Category::accumulator,
                   bytes(policy.gather_grads ? layout.padded_numel : layout.shard_numel, DType::f32));
-  pending.resize(nu);
-  reduce_count.assign(nu, 0);
+  buckets.resize(layout.buckets.size());
 
   if (config.precision == Precision::fp16) {
     LossScalerConfig sc;
@@ -179,64 +190,225 @@ void Engine::Impl::log(const std::string& line) const {
 Slice Engine::Impl::params_of_unit(int u) const {
   const auto& U = layout.units[u];
   if (policy.shard_params) {
-    if (unit_state[u] != UnitState::gathered)
+    if (units[u].state != UnitState::gathered)
       throw Error("its parameters are not gathered: call gather() before reading them (stage 3)",
                   {.rank = rank, .unit = u});
-    return slice(gathered[u], work_dtype, 0, U.padded_numel);
+    return slice(units[u].gathered, work_dtype, 0, U.padded_numel);
   }
   return slice(full_params(), work_dtype, U.offset, U.padded_numel);
 }
 
 Slice Engine::Impl::grads_of_unit(int u) {
   const auto& U = layout.units[u];
-  if (!grads_fresh[u]) {
+  UnitRun& run = units[u];
+  if (!run.grads_fresh) {
     // A new micro-batch for this unit: its previous reduction must be done before we reuse
-    // (stages 0-1) or replace (stages 2-3) the buffer it reads.
-    finish_reduce(u);
+    // (stages 0-1) or replace (stages 2-3) the buffer it reads, and its bucket must have gone.
+    if (run.waiting) {
+      const Bucket& b = layout.buckets[U.bucket];
+      std::string missing;
+      for (int v : b.units)
+        if (!units[v].waiting) missing += cat(missing.empty() ? "" : ", ", v);
+      throw Error(cat("its gradients were reduced in this micro-batch and its bucket (units ",
+                      b.units.back(), "..", b.units.front(), ", reduce_bucket_size ",
+                      layout.options.bucket_elements, ") still waits for unit(s) ", missing,
+                      ": reduce every unit once per micro-batch before touching any again"),
+                  {.rank = rank, .unit = u});
+    }
+    finish_reductions_of(u);
     const ScopeTimer t(stats.optimizer_seconds);  // zeroing the gradients: the optimizer's zero_grad
     if (policy.shard_grads) {
-      grads_unit[u] = alloc(Category::comm_buckets, bytes(U.padded_numel, work_dtype));
+      run.grads = alloc(Category::grad_buffers, bytes(U.padded_numel, work_dtype));
     } else {
       Slice s = slice(grads_full, work_dtype, U.offset, U.padded_numel);
       backend->fill_zero(s.data, static_cast<std::size_t>(bytes(s.count, work_dtype)));
     }
-    grads_fresh[u] = true;
+    run.grads_fresh = true;
   }
-  if (policy.shard_grads) return slice(grads_unit[u], work_dtype, 0, U.padded_numel);
+  if (policy.shard_grads) return slice(run.grads, work_dtype, 0, U.padded_numel);
   return slice(grads_full, work_dtype, U.offset, U.padded_numel);
 }
 
-void Engine::Impl::finish_reduce(int u) {
-  PendingReduce& p = pending[u];
-  if (!p.active) return;
+namespace {
+
+// The packed (rank-major) form of the consecutive units [first, last]: rank r's shards of them,
+// in unit order, then rank r + 1's; the layout of one reduce-scatter's input and of one
+// all-gather's output over the run. Copies units [from, to] of the run between it and their
+// unit-major buffers: unit u's rank-r shard at unit_data(u) + r * shard_numel elements.
+struct PackedRun {
+  const Layout& layout;
+  int first, last;
+  std::int64_t shard() const {  // one rank's part: the run's shards, contiguous in shard order
+    return layout.units[last].shard_offset + layout.units[last].shard_numel -
+           layout.units[first].shard_offset;
+  }
+  template <class UnitData>
+  void copy(Backend& b, int ranks, DType dt, std::byte* packed, int from, int to,
+            UnitData unit_data, bool into_packed) const {
+    const std::size_t es = size_of(dt);
+    const std::int64_t base = layout.units[first].shard_offset, stride = shard();
+    for (int u = from; u <= to; ++u) {
+      const auto& U = layout.units[u];
+      const auto n = static_cast<std::size_t>(U.shard_numel) * es;
+      std::byte* unit = unit_data(u);
+      for (int r = 0; r < ranks; ++r) {
+        std::byte* p = packed + static_cast<std::size_t>(r * stride + U.shard_offset - base) * es;
+        std::byte* f = unit + static_cast<std::size_t>(r * U.shard_numel) * es;
+        into_packed ? b.copy(p, f, n) : b.copy(f, p, n);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+void Engine::Impl::bucket_arrived(int u, const Slice& g) {
+  const auto& U = layout.units[u];
+  const Bucket& b = layout.buckets[U.bucket];
+  UnitRun& run = units[u];
+  run.waiting = true;
+  if (b.units.size() == 1) {  // a bucket of one unit: the unit's buffer is rank-major already
+    issue_reduction(u, u, policy.shard_grads ? std::move(run.grads) : Allocation(), g);
+    return;
+  }
+  // Copy the unit's gradients into the bucket (DeepSpeed's reduce bucket, FSDP2's copy-in); at
+  // stages 2-3 its own buffer is freed at once: the bucket holds them now.
+  const PackedRun packed{layout, b.units.back(), b.units.front()};
+  BucketFill& fill = buckets[U.bucket];
+  if (fill.packed.empty())
+    fill.packed = alloc(Category::buckets, bytes(ranks * packed.shard(), work_dtype));
+  {
+    const ScopeTimer t = waiting();  // packing for the collective is communication work
+    packed.copy(*backend, ranks, work_dtype, static_cast<std::byte*>(fill.packed.data()), u, u,
+                [&](int) { return static_cast<std::byte*>(g.data); }, true);
+  }
+  run.grads.reset();
+  if (++fill.arrived < static_cast<int>(b.units.size())) return;
+  fill.arrived = 0;
+  Allocation input = std::move(fill.packed);
+  const Slice in = slice(input, work_dtype, 0, ranks * packed.shard());
+  issue_reduction(packed.first, packed.last, std::move(input), in);
+}
+
+void Engine::Impl::issue_reduction(int first, int last, Allocation input, const Slice& in) {
+  // Its units' earlier reductions write the same regions of `reduced`: they finish first.
+  for (int u = first; u <= last; ++u) finish_reductions_of(u);
+  const PackedRun run{layout, first, last};
+  const std::int64_t shard = run.shard();
+  const comm::ReduceOp op = comm::ReduceOp::sum;
+  Reduction r;
+  r.first = first;
+  r.last = last;
+  {
+    // Handing a collective to the communicator wakes its thread, which may run at once on a busy
+    // CPU: that is communication time too (EngineStats::wait_seconds).
+    const ScopeTimer issuing = waiting();
+    if (policy.gather_grads) {
+      // Stage 0: all-reduce as reduce-scatter into this rank's blocks, then all-gather, straight
+      // into the unit's full buffer (one unit) or into a packed buffer unpacked when it is done.
+      r.block = alloc(Category::buckets, bytes(shard, reduce_dtype));
+      const Slice block = slice(r.block, reduce_dtype, 0, shard);
+      r.handles.push_back(world.reduce_scatter_async(in.cview(), block.view(), op));
+      const auto& F = layout.units[first];
+      if (first == last) {
+        const Slice full = reduced_aliases_grads
+                               ? slice(grads_full, work_dtype, F.offset, F.padded_numel)
+                               : slice(reduced, reduce_dtype, F.offset, F.padded_numel);
+        r.handles.push_back(world.all_gather_async(block.cview(), full.view()));
+      } else {
+        r.packed_out = alloc(Category::buckets, bytes(ranks * shard, reduce_dtype));
+        r.handles.push_back(world.all_gather_async(
+            block.cview(), slice(r.packed_out, reduce_dtype, 0, ranks * shard).view()));
+      }
+    } else {
+      const Slice out = slice(reduced, reduce_dtype, layout.units[first].shard_offset, shard);
+      r.handles.push_back(world.reduce_scatter_async(in.cview(), out.view(), op));
+    }
+  }
+  r.input = std::move(input);
+  r.issued_at = trainer_calls;
+  for (int u = first; u <= last; ++u) {
+    units[u].waiting = false;
+    units[u].in_flight = true;
+  }
+  in_flight.push_back(std::move(r));
+  ++stats.reduce_collectives;
+  // With overlap_comm this reduction runs while the trainer computes the next units; the one
+  // before it is finished now, so at most one is in flight (and stages 2-3 hold at most one
+  // bucket's gradients besides the unit being computed). Without overlap: finished here.
+  while (in_flight.size() > (config.zero.overlap_comm ? 1u : 0u)) finish_oldest_reduction();
+  stats.max_reductions_in_flight =
+      std::max(stats.max_reductions_in_flight, static_cast<int>(in_flight.size()));
+}
+
+void Engine::Impl::finish_oldest_reduction() {
+  Reduction& r = in_flight.front();
   try {
     const ScopeTimer t = waiting();
-    for (auto& h : p.handles) h.wait();
+    for (auto& h : r.handles) h.wait();
   } catch (const Error& e) {
-    // The communicator names the collective; the engine knows which unit it was for.
-    throw Error(cat(e.what(), " [while reducing the gradients of unit ", u, " '",
-                    layout.units[u].name, "']"));
+    // The communicator names the collective; the engine knows which units it was for.
+    throw Error(cat(e.what(), " [while reducing the gradients of ",
+                    r.first == r.last ? cat("unit ", r.first, " '", layout.units[r.first].name, "'")
+                                      : cat("units ", r.first, "..", r.last, " (one bucket)"),
+                    "]"));
   }
-  p.handles.clear();
   // It ran behind the trainer's work if the trainer computed another unit since it was issued.
-  if (trainer_calls > p.issued_at) ++stats.reductions_overlapped;
+  if (trainer_calls > r.issued_at) ++stats.reductions_overlapped;
   record_comm_scratch();
-  p.unit_grads.reset();
-  p.block.reset();
-  p.active = false;
-  if (accumulation > 1) {
-    // Sum over micro-batches in fp32, in micro-batch order: the same on every stage.
-    const std::int64_t off = reduced_offset(u);
-    const std::int64_t n = policy.gather_grads ? layout.units[u].padded_numel : layout.units[u].shard_numel;
-    Slice src = reduced_aliases_grads ? slice(grads_full, work_dtype, off, n)
-                                      : slice(reduced, reduce_dtype, off, n);
-    float* acc = accum.as<float>().data() + off;
-    backend->accumulate(acc, src.data, src.dtype, n);
+  const auto& F = layout.units[r.first];
+  const auto& L = layout.units[r.last];
+  if (!r.packed_out.empty()) {  // stage 0, several units: back to unit-major order
+    const DType dt = reduced_aliases_grads ? work_dtype : reduce_dtype;
+    const Allocation& full = reduced_aliases_grads ? grads_full : reduced;
+    const PackedRun run{layout, r.first, r.last};
+    run.copy(*backend, ranks, dt, static_cast<std::byte*>(r.packed_out.data()), r.first, r.last,
+             [&](int u) {
+               return static_cast<std::byte*>(full.data()) + bytes(layout.units[u].offset, dt);
+             },
+             false);
   }
+  if (accumulation > 1) {
+    // Sum over micro-batches in fp32, in micro-batch order: the same on every stage. The run's
+    // region of `reduced` is contiguous in both coordinates (full at stage 0, shards otherwise).
+    const std::int64_t off = policy.gather_grads ? F.offset : F.shard_offset;
+    const std::int64_t n = policy.gather_grads ? L.offset + L.padded_numel - off
+                                               : L.shard_offset + L.shard_numel - off;
+    const Slice src = reduced_aliases_grads ? slice(grads_full, work_dtype, off, n)
+                                            : slice(reduced, reduce_dtype, off, n);
+    backend->accumulate(accum.as<float>().data() + off, src.data, src.dtype, n);
+  }
+  for (int u = r.first; u <= r.last; ++u) units[u].in_flight = false;
+  in_flight.pop_front();  // frees its buffers
+}
+
+void Engine::Impl::finish_reductions_of(int u) {
+  while (units[u].in_flight) finish_oldest_reduction();
+}
+
+void Engine::Impl::finish_all_reductions() {
+  while (!in_flight.empty()) finish_oldest_reduction();
+}
+
+void Engine::Impl::drop_unissued_buckets() {
+  for (BucketFill& b : buckets) {
+    b.packed.reset();
+    b.arrived = 0;
+  }
+  for (UnitRun& r : units) r.waiting = false;
 }
 
 void Engine::Impl::all_gather_host(const void* in, void* out, std::size_t count, DType dtype) {
   const ScopeTimer t = waiting();
+  if (options.count_only) {
+    // Every rank is modelled as this one, so `out` holds one block (agreeing_ranks()); the
+    // device staging a real run takes is counted all the same.
+    if (world.memory() != comm::Memory::host)
+      Allocation tmp = alloc(Category::other,
+                             static_cast<std::int64_t>(count * size_of(dtype)) * (ranks + 1));
+    std::memcpy(out, in, count * size_of(dtype));
+    return;
+  }
   if (world.memory() == comm::Memory::host) {
     world.all_gather(comm::ConstView{in, count, dtype}, comm::View{out, count * ranks, dtype});
     return;
@@ -254,26 +426,40 @@ void Engine::Impl::record_comm_scratch() {
   // The communicator's staging only grows; count what it grew by since the last look.
   const auto now = static_cast<std::int64_t>(world.scratch_bytes_peak());
   if (now > comm_scratch_recorded) {
-    ledger.record_external(Category::comm_buckets, now - comm_scratch_recorded, world.memory());
+    ledger.record_external(Category::comm_staging, now - comm_scratch_recorded, world.memory());
     comm_scratch_recorded = now;
   }
 }
 
 void Engine::Impl::issue_gather(int u) {
   const auto& U = layout.units[u];
+  UnitRun& run = units[u];
   // The gather's receive buffer and handing it to the communicator (which may switch to its
   // thread at once) are communication time.
   const ScopeTimer t = waiting();
-  gathered[u] = alloc(Category::gathered, bytes(U.padded_numel, work_dtype));
+  run.gathered = alloc(Category::gathered, bytes(U.padded_numel, work_dtype));
   Slice shard = slice(shard_params(), work_dtype, U.shard_offset, U.shard_numel);
-  gather_handle[u] = world.all_gather_async(shard.cview(),
-                                            slice(gathered[u], work_dtype, 0, U.padded_numel).view());
-  unit_state[u] = UnitState::gathering;
+  run.gather = world.all_gather_async(shard.cview(),
+                                      slice(run.gathered, work_dtype, 0, U.padded_numel).view());
+  run.state = UnitState::gathering;
+  live_elements += U.padded_numel;
+}
+
+void Engine::Impl::release_unit(int u) {
+  UnitRun& run = units[u];
+  if (run.state == UnitState::sharded) return;
+  if (run.gather.valid()) {
+    const ScopeTimer t = waiting();
+    run.gather.wait();
+  }
+  run.gathered.reset();
+  run.state = UnitState::sharded;
+  live_elements -= layout.units[u].padded_numel;
 }
 
 void Engine::Impl::all_gather_params(int u, const Slice& shard_values) {
   const auto& U = layout.units[u];
-  Slice full = policy.shard_params ? slice(gathered[u], work_dtype, 0, U.padded_numel)
+  Slice full = policy.shard_params ? slice(units[u].gathered, work_dtype, 0, U.padded_numel)
                                    : slice(full_params(), work_dtype, U.offset, U.padded_numel);
   const ScopeTimer t = waiting();
   world.all_gather(shard_values.cview(), full.view());
@@ -288,12 +474,15 @@ Engine::Engine(const Config& config, comm::Communicator& world, std::vector<Unit
 Engine::~Engine() {
   // Never leave a collective in flight: the buffers it writes are about to be freed.
   if (!impl_) return;
-  for (std::size_t u = 0; u < impl_->pending.size(); ++u) {
+  try {
+    impl_->finish_all_reductions();
+  } catch (...) {
+    // A failed collective already reported its error to the caller that issued it.
+  }
+  for (UnitRun& run : impl_->units) {
     try {
-      impl_->finish_reduce(static_cast<int>(u));
-      if (impl_->gather_handle[u].valid()) impl_->gather_handle[u].wait();
+      if (run.gather.valid()) run.gather.wait();
     } catch (...) {
-      // A failed collective already reported its error to the caller that issued it.
     }
   }
 }
@@ -307,13 +496,13 @@ int Engine::ranks() const { return impl_->ranks; }
 void Engine::init_params(const std::function<void(int, std::span<float>)>& fill) {
   Impl& s = *impl_;
   // This rank's master values (its shards, or everything at stage 0), built on the host and
-  // copied to where the master lives in one piece.
-  std::vector<float> host(s.master.bytes() / sizeof(float), 0.0f), values;
+  // copied to where the master lives in one piece (counting: nothing to build).
+  std::vector<float> host(s.options.count_only ? 0 : s.master.bytes() / sizeof(float), 0.0f), values;
   // The first non-finite value any rank's fill produced, as (param, element); agreed below
   // before anything is stored or gathered, so every rank throws the same error and none waits
   // in a collective for a rank that has thrown.
   std::int64_t bad[2] = {-1, -1};
-  for (std::size_t pi = 0; pi < s.layout.params.size(); ++pi) {
+  for (std::size_t pi = 0; pi < s.layout.params.size() && !s.options.count_only; ++pi) {
     const ParamLayout& p = s.layout.params[pi];
     values.assign(static_cast<std::size_t>(p.numel), 0.0f);
     fill(static_cast<int>(pi), values);
@@ -336,9 +525,9 @@ void Engine::init_params(const std::function<void(int, std::span<float>)>& fill)
       std::copy(values.begin(), values.end(), host.data() + p.global_offset);
     }
   }
-  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(s.ranks));
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(s.agreeing_ranks()));
   s.all_gather_host(bad, all.data(), 2, DType::i64);
-  for (int r = 0; r < s.ranks; ++r) {
+  for (int r = 0; r < s.agreeing_ranks(); ++r) {
     if (all[2 * r] < 0) continue;
     const ParamLayout& p = s.layout.params[static_cast<std::size_t>(all[2 * r])];
     throw Error(cat("init_params: param ", all[2 * r], " '", p.name, "' (unit ", p.unit, " '",
@@ -360,7 +549,7 @@ void Engine::init_params(const std::function<void(int, std::span<float>)>& fill)
     } else if (s.policy.shard_params && !U.persistent) {
       s.store(slice(s.shard_params(), s.work_dtype, U.shard_offset, U.shard_numel), src);
     } else {
-      Allocation tmp = s.alloc(Category::comm_buckets, bytes(U.shard_numel, s.work_dtype));
+      Allocation tmp = s.alloc(Category::buckets, bytes(U.shard_numel, s.work_dtype));
       Slice shard = slice(tmp, s.work_dtype, 0, U.shard_numel);
       s.store(shard, src);
       s.all_gather_params(ui, shard);
@@ -373,40 +562,50 @@ void Engine::gather(int u) {
   s.check_unit(u, "gather");
   ++s.trainer_calls;
   if (!s.policy.shard_params || s.layout.units[u].persistent) return;
-  // Direction of travel: ascending in forward, descending in backward.
-  const bool backward = s.last_gathered >= 0 && u <= s.last_gathered;
-  s.last_gathered = u;
-  if (s.unit_state[u] == UnitState::sharded) s.issue_gather(u);
-  if (s.unit_state[u] == UnitState::gathering) {
+  UnitRun& run = s.units[u];
+  s.prefetch_after(u);  // moves the window to start at u (and gathers u if needed)
+  if (run.state == UnitState::gathering) {
     const ScopeTimer t = s.waiting();
-    s.gather_handle[u].wait();
-    s.unit_state[u] = UnitState::gathered;
+    run.gather.wait();
+    run.state = UnitState::gathered;
   }
-  s.prefetch_from(u, backward ? -1 : +1);
 }
 
-void Engine::Impl::prefetch_from(int u, int dir) {
+void Engine::Impl::prefetch_after(int u) {
   // Prefetch window (DeepSpeed's stage3_prefetch_bucket_size): the units after u in the direction
-  // of travel whose padded sizes add up to at most prefetch_bucket_size elements, and never more
-  // gathered elements at once than stage3_max_live_parameters. Both count padded elements.
-  const std::int64_t window = config.zero.stage3_prefetch_bucket_size;
-  std::int64_t live = 0;
-  for (std::size_t v = 0; v < layout.units.size(); ++v)
-    if (!layout.units[v].persistent && unit_state[v] != UnitState::sharded)
-      live += layout.units[v].padded_numel;
-  std::int64_t ahead = 0;
-  for (int v = u + dir; v >= 0 && v < static_cast<int>(layout.units.size()); v += dir) {
-    const auto& V = layout.units[v];
-    if (V.persistent) continue;
-    if (unit_state[v] != UnitState::sharded) {  // already on its way: counts toward the window
-      ahead += V.padded_numel;
-      continue;
+  // of travel (ascending in forward, descending in backward) whose padded sizes add up to at most
+  // prefetch_bucket_size elements, and never more gathered elements at once than
+  // stage3_max_live_parameters. Both count padded elements; units already gathered or on their
+  // way count toward the window. The scanned part [last, front] is kept between calls, so a pass
+  // over the model scans each unit once.
+  PrefetchFrontier& w = window;
+  auto padded = [&](int v) { return layout.units[v].padded_numel; };
+  auto persistent = [&](int v) { return layout.units[v].persistent; };
+  const int d = w.last >= 0 && u <= w.last ? -1 : +1;
+  const bool inside = w.valid && d == w.dir && w.last >= 0 &&
+                      (d > 0 ? u > w.last && u <= w.front : u < w.last && u >= w.front);
+  if (inside) {  // the window now starts after u: drop what lies between the old start and u
+    for (int v = w.last + d; v != u + d; v += d)
+      if (!persistent(v) && units[v].state != UnitState::sharded) w.ahead -= padded(v);
+  } else {
+    w.front = u;
+    w.ahead = 0;
+  }
+  w.last = u;
+  w.dir = d;
+  w.valid = true;
+  if (units[u].state == UnitState::sharded) issue_gather(u);
+  const std::int64_t limit = config.zero.stage3_prefetch_bucket_size;
+  const auto nu = static_cast<int>(layout.units.size());
+  for (int v = w.front + d; v >= 0 && v < nu; v += d) {
+    if (!persistent(v) && units[v].state == UnitState::sharded) {
+      if (w.ahead + padded(v) > limit ||
+          live_elements + padded(v) > config.zero.stage3_max_live_parameters)
+        break;
+      issue_gather(v);
     }
-    if (ahead + V.padded_numel > window || live + V.padded_numel > config.zero.stage3_max_live_parameters)
-      break;
-    issue_gather(v);
-    ahead += V.padded_numel;
-    live += V.padded_numel;
+    if (!persistent(v)) w.ahead += padded(v);
+    w.front = v;
   }
 }
 
@@ -414,12 +613,12 @@ void Engine::release(int u) {
   Impl& s = *impl_;
   s.check_unit(u, "release");
   if (!s.policy.shard_params || s.layout.units[u].persistent) return;
-  if (s.unit_state[u] == UnitState::gathering) {
-    const ScopeTimer t = s.waiting();
-    s.gather_handle[u].wait();
-  }
-  s.gathered[u].reset();
-  s.unit_state[u] = UnitState::sharded;
+  // A unit inside the scanned window given back early: the window's count is stale; rescan.
+  const PrefetchFrontier& w = s.window;
+  if (w.valid && u != w.last &&
+      (w.dir > 0 ? u > w.last && u <= w.front : u < w.last && u >= w.front))
+    s.window.valid = false;
+  s.release_unit(u);
 }
 
 namespace {
@@ -446,7 +645,7 @@ TensorView Engine::param(int p) const {
 
 UnitState Engine::unit_state(int u) const {
   impl_->check_unit(u, "unit_state");
-  return impl_->unit_state[static_cast<std::size_t>(u)];
+  return impl_->units[static_cast<std::size_t>(u)].state;
 }
 
 TensorView Engine::grad(int p) {
@@ -458,46 +657,18 @@ TensorView Engine::grad(int p) {
 void Engine::reduce_grads(int u) {
   Impl& s = *impl_;
   s.check_unit(u, "reduce_grads");
-  if (s.reduce_count[u] >= s.accumulation)
-    throw Error(cat("reduce_grads called ", s.reduce_count[u] + 1,
+  UnitRun& run = s.units[u];
+  if (run.reductions >= s.accumulation)
+    throw Error(cat("reduce_grads called ", run.reductions + 1,
                     " times since the last step, but gradient_accumulation_steps is ",
                     s.accumulation, "; call step() after every ", s.accumulation, " micro-batches"),
                 {.rank = s.rank, .unit = u});
-  Slice g = s.grads_of_unit(u);  // a unit with no gradient written still reduces its zeros
-  const auto& U = s.layout.units[u];
-  PendingReduce& p = s.pending[u];
-  const comm::ReduceOp op = comm::ReduceOp::sum;
-  {
-    // Handing a collective to the communicator wakes its thread, which may run at once on a busy
-    // CPU: that is communication time too (EngineStats::wait_seconds).
-    const ScopeTimer issuing = s.waiting();
-    if (s.policy.gather_grads) {
-      // Stage 0: all-reduce as reduce-scatter into this rank's block, then all-gather.
-      p.block = s.alloc(Category::comm_buckets, bytes(U.shard_numel, s.reduce_dtype));
-      Slice block = slice(p.block, s.reduce_dtype, 0, U.shard_numel);
-      Slice full = s.reduced_aliases_grads ? g : slice(s.reduced, s.reduce_dtype, U.offset, U.padded_numel);
-      p.handles.push_back(s.world.reduce_scatter_async(g.cview(), block.view(), op));
-      p.handles.push_back(s.world.all_gather_async(block.cview(), full.view()));
-    } else {
-      Slice out = slice(s.reduced, s.reduce_dtype, U.shard_offset, U.shard_numel);
-      p.handles.push_back(s.world.reduce_scatter_async(g.cview(), out.view(), op));
-      if (s.policy.shard_grads) p.unit_grads = std::move(s.grads_unit[u]);
-    }
-  }
-  p.active = true;
-  p.issued_at = s.trainer_calls;
+  const Slice g = s.grads_of_unit(u);  // a unit with no gradient written still reduces its zeros
   ++s.stats.reductions;
-  s.grads_fresh[u] = false;
-  ++s.reduce_count[u];
+  run.grads_fresh = false;
+  ++run.reductions;
   s.reduce_log.push_back(u);
-  // With overlap_comm, unit u's reduction runs while the trainer computes the next unit; the one
-  // before it is finished now, so at most one reduction (and its gradient buffer) is in flight
-  // and stages 2-3 never hold more than two units' gradients. Without overlap: finish it here.
-  for (int v = 0; v < static_cast<int>(s.pending.size()); ++v)
-    if (v != u || !s.config.zero.overlap_comm) s.finish_reduce(v);
-  int in_flight = 0;
-  for (const PendingReduce& q : s.pending) in_flight += q.active;
-  s.stats.max_reductions_in_flight = std::max(s.stats.max_reductions_in_flight, in_flight);
+  s.bucket_arrived(u, g);
 }
 
 double Engine::loss_scale() const { return impl_->scaler ? impl_->scaler->scale() : 1.0; }

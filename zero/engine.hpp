@@ -63,6 +63,14 @@ struct EngineOptions {
   // the host path computes, so CI checks that path's logic without a GPU. The communicator must
   // still say memory() == device. Never faster; for tests.
   bool emulate_device = false;
+  // Counts without computing: the engine allocates no memory (its buffers are address ranges
+  // that are never mapped) and runs no kernel, but makes every decision and every allocation a
+  // real run makes, so memory() and ledger() report what that run would hold, byte for byte.
+  // Pair it with comm::make_counting_communicator (collectives that only count); with it a
+  // trainer can measure its own call sequence at any model size on any machine. The views
+  // param() and grad() return must not be read or written; init_params() does not call its
+  // fill. zero's memory planner runs the engine this way (zero/planner.hpp).
+  bool count_only = false;
 };
 
 // What step() did.
@@ -88,9 +96,13 @@ enum class UnitState : std::uint8_t {
 // What the engine has done since construction, counted on this rank (for tests and logs).
 struct EngineStats {
   std::int64_t reductions = 0;  // reduce_grads calls
-  // Reductions that were still in flight when the trainer next called gather() or grad(), i.e.
-  // that ran behind the trainer's computation of another unit (overlap_comm). Without overlap
-  // every reduction is finished inside its own reduce_grads call and this stays 0.
+  // Reduce collectives issued: one per gradient bucket per micro-batch (reduce_bucket_size; a
+  // bucket of one unit when each unit is larger than it).
+  std::int64_t reduce_collectives = 0;
+  // Reduce collectives that were still in flight when the trainer next called gather() or
+  // grad(), i.e. that ran behind the trainer's computation of another unit (overlap_comm).
+  // Without overlap every one is finished inside the reduce_grads call that issued it and this
+  // stays 0.
   std::int64_t reductions_overlapped = 0;
   int max_reductions_in_flight = 0;  // the most in flight when a reduce_grads call returned
   std::int64_t applied_steps = 0;

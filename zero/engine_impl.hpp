@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -16,13 +17,48 @@
 
 namespace zero {
 
-// One reduction in flight: what it writes and the buffers it reads, kept alive until it is done.
-struct PendingReduce {
+// One unit as the engine runs it: where its parameters are, its gradient buffer, how often it
+// was reduced. Indexed like Layout::units.
+struct UnitRun {
+  UnitState state = UnitState::gathered;  // stage 3 (persistent units and stages 0-2: gathered)
+  Allocation gathered;                    // stage 3: the full unit while gathered
+  comm::Handle gather;                    // stage 3: its all-gather, while in flight
+  Allocation grads;                       // stages 2-3: its gradient buffer for this micro-batch
+  bool grads_fresh = false;               // the gradient buffer was zeroed for this micro-batch
+  bool waiting = false;                   // reduced this micro-batch; its bucket not yet issued
+  bool in_flight = false;                 // its gradients are in a reduction still in flight
+  int reductions = 0;                     // reduce_grads calls since the last step
+};
+
+// One reduction in flight: the consecutive units [first, last] of one bucket, reduced as one
+// collective (and at stage 0 gathered back as one), with the buffers it reads and writes.
+struct Reduction {
+  int first = 0;
+  int last = 0;
   std::vector<comm::Handle> handles;  // reduce-scatter (and all-gather at stage 0), FIFO
-  Allocation unit_grads;              // stages 2-3: the unit's gradient buffer being reduced
-  Allocation block;                   // stage 0: this rank's reduced block before the all-gather
-  bool active = false;
+  Allocation input;                   // what it reduces: the packed bucket, or at stages 2-3
+                                      // the one unit's gradient buffer
+  Allocation block;                   // stage 0: this rank's reduced blocks before the all-gather
+  Allocation packed_out;              // stage 0, several units: the all-gathered blocks, rank-major
   std::int64_t issued_at = 0;         // Impl::trainer_calls when it was issued (EngineStats)
+};
+
+// The gradient bucket being filled: its units' gradients copied in rank-major order (rank r's
+// shards of its units, in unit order, then rank r + 1's), the layout of one reduce-scatter.
+struct BucketFill {
+  Allocation packed;
+  int arrived = 0;  // units reduced into it this micro-batch
+};
+
+// The stage-3 prefetch window in the direction of travel: [last, front] has been scanned, every
+// non-persistent unit in it is gathered or on its way, and `ahead` is their padded size beyond
+// `last`. It only moves forward, so a pass over the model costs time linear in the units.
+struct PrefetchFrontier {
+  int last = -1;      // the unit gathered last (-1: none since the step)
+  int dir = 0;        // +1 forward, -1 backward
+  int front = -1;     // the farthest unit scanned
+  std::int64_t ahead = 0;
+  bool valid = false;  // false: rescan from the next gathered unit
 };
 
 inline std::int64_t bytes(std::int64_t count, DType t) {
@@ -71,6 +107,11 @@ struct Engine::Impl {
   // Where the buffers live and what computes on them (host + kernels/cpu, or device + kernels/cuda).
   std::unique_ptr<Backend> backend;
   comm::Memory mem() const { return backend->memory(); }
+  struct Allocators {
+    std::unique_ptr<Allocator> host, device;
+  };
+  static Allocators allocators_of(Backend& b);
+  Allocators allocators;             // handed to the ledger at construction
   Ledger ledger;
 
   // fp32 optimizer state: shards (stages 1-3) or full (stage 0), indexed like `master_offset`.
@@ -83,21 +124,18 @@ struct Engine::Impl {
   bool params_alias_master = false;
   const Allocation& full_params() const { return params_alias_master ? master : params_full; }
   const Allocation& shard_params() const { return params_alias_master ? master : params_shard; }
-  std::vector<Allocation> gathered;
-  std::vector<UnitState> unit_state;
-  std::vector<comm::Handle> gather_handle;
-  int last_gathered = -1;
-  // Gradients: full working-dtype buffer (stages 0-1) or per-unit buffers in flight (2-3).
+  std::vector<UnitRun> units;
+  PrefetchFrontier window;
+  std::int64_t live_elements = 0;    // stage 3: gathered or gathering non-persistent elements
+  // Gradients: full working-dtype buffer (stages 0-1), or per-unit buffers (UnitRun::grads).
   Allocation grads_full;
-  std::vector<Allocation> grads_unit;
-  std::vector<bool> grads_fresh;     // unit's gradient buffer was zeroed for this micro-batch
   // Reduced gradient in reduce_dtype: full (stage 0) or this rank's shard (stages 1-3).
   Allocation reduced;
   bool reduced_aliases_grads = false;  // stage 0 with reduce dtype == work dtype: in place
   // fp32 sum over micro-batches (gradient_accumulation_steps > 1), shaped like `reduced`.
   Allocation accum;
-  std::vector<PendingReduce> pending;
-  std::vector<int> reduce_count;     // reductions of each unit since the last step
+  std::vector<BucketFill> buckets;   // indexed like Layout::buckets
+  std::deque<Reduction> in_flight;   // issued, not finished, oldest first
   std::vector<int> reduce_log;       // the units passed to reduce_grads since the last step
   // The update's segments (zero/param_groups.hpp): unit by unit, each of one parameter group;
   // a segment's index is its Backend slot (adamw, fetch_nonfinite).
@@ -126,17 +164,26 @@ struct Engine::Impl {
     backend->store_from_f32(dst.data, dst.dtype, src, dst.count);
   }
   // An all-gather of small host values (layout digests, norms, call counts): straight through a
-  // host communicator, staged through device memory for a device one.
+  // host communicator, staged through device memory for a device one. `out` holds
+  // agreeing_ranks() blocks: every rank's, or with count_only this rank's alone (a counting run
+  // models every rank as this one, at any rank count, without rank-sized host buffers).
   void all_gather_host(const void* in, void* out, std::size_t count, DType dtype);
+  int agreeing_ranks() const { return options.count_only ? 1 : ranks; }
 
   void check_unit(int u, const char* what) const;
   void log(const std::string& line) const;
-  void finish_reduce(int u);         // waits for unit u's reduction and folds it
+  void finish_oldest_reduction();   // waits for it, unpacks and folds it, frees its buffers
+  void finish_reductions_of(int u);  // finishes reductions until none holds unit u's gradients
+  void finish_all_reductions();
+  void bucket_arrived(int u, const Slice& grads);  // reduce_grads: into its bucket, issue if full
+  void issue_reduction(int first, int last, Allocation input, const Slice& in);
+  void drop_unissued_buckets();      // step(): buckets still waiting for units (an error follows)
   void issue_gather(int u);          // stage 3
+  void release_unit(int u);          // stage 3: back to its shard (waiting for a gather in flight)
   Slice params_of_unit(int u) const; // full working params of a gathered/persistent unit
   Slice grads_of_unit(int u);        // the unit's gradient buffer (allocated if needed)
   void all_gather_params(int u, const Slice& shard_values);  // stages 1-2 and persistent units
-  void prefetch_from(int u, int dir);  // stage 3: gathers ahead of u (dir +1 forward, -1 back)
+  void prefetch_after(int u);          // stage 3: gathers ahead of u in the direction of travel
   void record_comm_scratch();          // counts the communicator's staging growth in the ledger
   std::int64_t comm_scratch_recorded = 0;
 };

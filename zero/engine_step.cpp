@@ -35,10 +35,10 @@ void check_update_finite(Engine::Impl& s, std::int64_t step_no) {
     mine[1] = sg.begin + first[k] +
               (s.policy.shard_optimizer ? s.layout.units[sg.unit].shard_range(s.rank).begin : 0);
   }
-  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(s.ranks));
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(s.agreeing_ranks()));
   s.all_gather_host(mine, all.data(), 2, DType::i64);
   int worst = -1;  // the rank with the lowest (unit, offset)
-  for (int r = 0; r < s.ranks; ++r) {
+  for (int r = 0; r < s.agreeing_ranks(); ++r) {
     if (all[2 * r] < 0) continue;
     if (worst < 0 || all[2 * r] < all[2 * worst] ||
         (all[2 * r] == all[2 * worst] && all[2 * r + 1] < all[2 * worst + 1]))
@@ -56,7 +56,7 @@ void check_update_finite(Engine::Impl& s, std::int64_t step_no) {
       break;
     }
   }
-  for (int& count : s.reduce_count) count = 0;
+  for (UnitRun& run : s.units) run.reductions = 0;
   s.reduce_log.clear();
   if (!s.accum.empty()) s.backend->fill_zero(s.accum.data(), s.accum.bytes());
   throw Error(
@@ -83,19 +83,13 @@ StepReport Engine::step() {
   } const clock{s.stats};
 
   // 1. Every reduction done; no stage-3 prefetch left in flight past the step.
-  for (int u = 0; u < nu; ++u) s.finish_reduce(u);
-  for (int u = 0; u < nu; ++u) {
-    if (s.policy.shard_params && s.unit_state[u] != UnitState::sharded &&
-        !s.layout.units[u].persistent) {
-      if (s.gather_handle[u].valid()) {
-        const ScopeTimer t = s.waiting();
-        s.gather_handle[u].wait();
-      }
-      s.gathered[u].reset();
-      s.unit_state[u] = UnitState::sharded;
-    }
-  }
-  s.last_gathered = -1;
+  //    A bucket still waiting for some of its units was never issued (on any rank that made the
+  //    same calls): it is dropped, and the reduction count check below names the unit.
+  s.finish_all_reductions();
+  s.drop_unissued_buckets();
+  for (int u = 0; u < nu; ++u)
+    if (s.policy.shard_params && !s.layout.units[u].persistent) s.release_unit(u);
+  s.window = PrefetchFrontier{};
 
   // 2. The fp32 gradient of each unit's optimizer region, and this rank's part of the norm,
   //    computed over its own shard of each unit in unit order (the same elements and the same
@@ -108,7 +102,7 @@ StepReport Engine::step() {
   if (s.accumulation == 1 && src_dtype != DType::f32) {
     std::int64_t most = 0;
     for (int u = 0; u < nu; ++u) most = std::max(most, s.state_count(u));
-    scratch = s.alloc(Category::grad_accum, bytes(most, DType::f32));
+    scratch = s.alloc(Category::step_scratch, bytes(most, DType::f32));
   }
   auto grad_f32 = [&](int u) -> const float* {
     const std::int64_t off = s.reduced_offset(u), n = s.state_count(u);
@@ -130,7 +124,7 @@ StepReport Engine::step() {
   for (int u : s.reduce_log) order.add(static_cast<std::uint64_t>(u), 4);
   mine.order = order.value;
 
-  std::vector<RankSummary> all(static_cast<std::size_t>(s.ranks));
+  std::vector<RankSummary> all(static_cast<std::size_t>(s.agreeing_ranks()));
   s.all_gather_host(&mine, all.data(), 2, DType::i64);
 
   // 3. The ranks must have reduced the same units in the same order. On a mismatch every rank
@@ -138,13 +132,14 @@ StepReport Engine::step() {
   bool same_order = true;
   for (const auto& a : all) same_order &= a.order == all[0].order;
   if (!same_order) {
-    std::vector<std::int32_t> counts(static_cast<std::size_t>(nu) * s.ranks);
-    s.all_gather_host(s.reduce_count.data(), counts.data(), static_cast<std::size_t>(nu), DType::i32);
+    std::vector<std::int32_t> mine_counts, counts(static_cast<std::size_t>(nu) * s.agreeing_ranks());
+    for (const UnitRun& run : s.units) mine_counts.push_back(run.reductions);
+    s.all_gather_host(mine_counts.data(), counts.data(), static_cast<std::size_t>(nu), DType::i32);
     std::ostringstream m;
     m << "ranks called reduce_grads differently since the last step";
     bool named = false;
     for (int u = 0; u < nu && !named; ++u)
-      for (int r = 1; r < s.ranks && !named; ++r)
+      for (int r = 1; r < s.agreeing_ranks() && !named; ++r)
         if (counts[r * nu + u] != counts[u]) {
           m << ": unit " << u << " ('" << s.layout.units[u].name << "') was reduced "
             << counts[u] << " times on rank 0 but " << counts[r * nu + u] << " times on rank " << r;
@@ -155,8 +150,8 @@ StepReport Engine::step() {
     throw Error(m.str(), {.rank = s.rank});
   }
   for (int u = 0; u < nu; ++u)
-    if (s.reduce_count[u] != s.accumulation)
-      throw Error(cat("reduced ", s.reduce_count[u], " times since the last step, expected ",
+    if (s.units[u].reductions != s.accumulation)
+      throw Error(cat("reduced ", s.units[u].reductions, " times since the last step, expected ",
                       s.accumulation, " (gradient_accumulation_steps) before step()"),
                   {.rank = s.rank, .unit = u});
 
@@ -172,7 +167,7 @@ StepReport Engine::step() {
   rep.grad_norm = finite ? std::sqrt(squared) * inv_scale * mean : squared;
 
   auto end_step = [&] {
-    for (int u = 0; u < nu; ++u) s.reduce_count[u] = 0;
+    for (UnitRun& run : s.units) run.reductions = 0;
     s.reduce_log.clear();
     if (!s.accum.empty()) s.backend->fill_zero(s.accum.data(), s.accum.bytes());
   };
@@ -268,7 +263,7 @@ StepReport Engine::step() {
       Slice out = slice(s.shard_params(), s.work_dtype, U.shard_offset, U.shard_numel);
       update(u, off, g, out);
     } else {
-      Allocation tmp = s.alloc(Category::comm_buckets, bytes(n, s.work_dtype));
+      Allocation tmp = s.alloc(Category::buckets, bytes(n, s.work_dtype));
       Slice out = slice(tmp, s.work_dtype, 0, n);
       update(u, off, g, out);
       s.all_gather_params(u, out);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <iomanip>
 #include <sstream>
+#include <type_traits>
 #include <unordered_map>
 
 #include "zero/error.hpp"
@@ -11,20 +12,32 @@
 namespace zero {
 namespace {
 
-// Sizes come from user shapes; an overflow would silently corrupt every offset after it.
-std::int64_t checked_add(std::int64_t a, std::int64_t b, const std::string& what) {
+// Sizes come from user shapes; an overflow would silently corrupt every offset after it. `what`
+// names the quantity: a string, or a callable making one (built only when the check fails).
+template <class What>
+std::string describe_what(const What& what) {
+  if constexpr (std::is_invocable_v<const What&>) return what();
+  else return std::string(what);
+}
+
+template <class What>
+std::int64_t checked_add(std::int64_t a, std::int64_t b, const What& what) {
   std::int64_t r = 0;
-  if (__builtin_add_overflow(a, b, &r)) throw Error(cat(what, " overflows 64-bit element counts"));
+  if (__builtin_add_overflow(a, b, &r))
+    throw Error(cat(describe_what(what), " overflows 64-bit element counts"));
   return r;
 }
 
-std::int64_t checked_mul(std::int64_t a, std::int64_t b, const std::string& what) {
+template <class What>
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, const What& what) {
   std::int64_t r = 0;
-  if (__builtin_mul_overflow(a, b, &r)) throw Error(cat(what, " overflows 64-bit element counts"));
+  if (__builtin_mul_overflow(a, b, &r))
+    throw Error(cat(describe_what(what), " overflows 64-bit element counts"));
   return r;
 }
 
-std::int64_t round_up(std::int64_t x, std::int64_t m, const std::string& what) {
+template <class What>
+std::int64_t round_up(std::int64_t x, std::int64_t m, const What& what) {
   return checked_add(x, m - 1, what) / m * m;
 }
 
@@ -68,7 +81,8 @@ std::int64_t numel_of(const ParamSpec& p, int unit, const std::string& unit_name
                       p.shape[d], " in shape ", shape_string(p.shape),
                       "; every dimension must be positive"),
                   at_unit(unit));
-    n = checked_mul(n, p.shape[d], cat("parameter '", p.name, "' shape ", shape_string(p.shape)));
+    n = checked_mul(n, p.shape[d],
+                    [&] { return cat("parameter '", p.name, "' shape ", shape_string(p.shape)); });
   }
   return n;
 }
@@ -137,7 +151,12 @@ Layout make_layout(const std::vector<UnitSpec>& specs, const LayoutOptions& opti
 
   Layout layout;
   layout.options = options;
-  std::unordered_map<std::string, int> unit_of_name;  // param name -> unit, for duplicates
+  std::unordered_map<std::string_view, int> unit_of_name;  // param name -> unit, for duplicates
+  std::size_t tensors = 0;
+  for (const UnitSpec& spec : specs) tensors += spec.params.size();
+  unit_of_name.reserve(tensors);
+  layout.params.reserve(tensors);
+  layout.units.reserve(specs.size());
 
   for (std::size_t ui = 0; ui < specs.size(); ++ui) {
     const int u = static_cast<int>(ui);
@@ -153,6 +172,7 @@ Layout make_layout(const std::vector<UnitSpec>& specs, const LayoutOptions& opti
     unit.offset = layout.padded_numel;
 
     std::int64_t end = 0;  // end of the last param placed, in unit coordinates
+    const auto unit_what = [&] { return cat("unit '", spec.name, "'"); };
     for (const ParamSpec& ps : spec.params) {
       if (ps.name.empty())
         throw Error(cat("unit '", spec.name, "' has a parameter with an empty name"), at_unit(u));
@@ -167,14 +187,14 @@ Layout make_layout(const std::vector<UnitSpec>& specs, const LayoutOptions& opti
       p.shape = ps.shape;
       p.unit = u;
       p.numel = numel_of(ps, u, spec.name);
-      p.offset = round_up(end, align, cat("unit '", spec.name, "'"));
-      p.global_offset = checked_add(unit.offset, p.offset, cat("unit '", spec.name, "'"));
-      end = checked_add(p.offset, p.numel, cat("unit '", spec.name, "'"));
+      p.offset = round_up(end, align, unit_what);
+      p.global_offset = checked_add(unit.offset, p.offset, unit_what);
+      end = checked_add(p.offset, p.numel, unit_what);
       unit.numel += p.numel;  // <= end, so it cannot overflow
       layout.params.push_back(std::move(p));
     }
 
-    unit.padded_numel = round_up(end, unit_multiple, cat("unit '", spec.name, "'"));
+    unit.padded_numel = round_up(end, unit_multiple, unit_what);
     unit.shard_numel = unit.padded_numel / options.shard_ranks;
     unit.shard_offset = unit.offset / options.shard_ranks;  // every unit offset divides by N
     unit.persistent = unit.numel < options.persistence_threshold;

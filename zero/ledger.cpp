@@ -32,10 +32,18 @@ std::string_view name_of(Category c) {
       return "optimizer_m";
     case Category::optimizer_v:
       return "optimizer_v";
-    case Category::grad_accum:
-      return "grad_accum";
-    case Category::comm_buckets:
-      return "comm_buckets";
+    case Category::reduced_grads:
+      return "reduced_grads";
+    case Category::accumulator:
+      return "accumulator";
+    case Category::grad_buffers:
+      return "grad_buffers";
+    case Category::buckets:
+      return "buckets";
+    case Category::comm_staging:
+      return "comm_staging";
+    case Category::step_scratch:
+      return "step_scratch";
     case Category::gathered:
       return "gathered";
     case Category::activations:
@@ -182,6 +190,12 @@ Allocation Ledger::allocate(Category category, std::size_t bytes, comm::Memory m
   }
   std::lock_guard lock(mutex_);
   Space& s = spaces_[index(memory)];
+  if (std::int64_t sum = 0; __builtin_add_overflow(s.stats.current_total,
+                                                   static_cast<std::int64_t>(bytes), &sum)) {
+    allocator->deallocate(data, bytes);
+    throw LedgerOverflow(cat("allocating ", bytes, " bytes of ", name_of(category), " would make the ",
+                             memory_name(memory), " ledger hold more than 2^63 - 1 bytes"));
+  }
   add(s, category, static_cast<std::int64_t>(bytes));
   ++s.stats.live_allocations;
   return Allocation(this, allocator, data, bytes, category);
@@ -202,6 +216,9 @@ void Ledger::record_external(Category category, std::int64_t delta, comm::Memory
   if (external + delta < 0)
     throw Error(cat("external ", name_of(category), " bytes on the ", memory_name(memory),
                     " would go negative: ", external, " recorded, ", -delta, " given back"));
+  if (std::int64_t sum = 0; __builtin_add_overflow(s.stats.current_total, delta, &sum))
+    throw LedgerOverflow(cat("recording ", delta, " bytes of ", name_of(category), " would make the ",
+                             memory_name(memory), " ledger hold more than 2^63 - 1 bytes"));
   external += delta;
   add(s, category, delta);
 }

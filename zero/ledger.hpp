@@ -12,23 +12,31 @@
 #include <string_view>
 
 #include "comm/communicator.hpp"
+#include "zero/error.hpp"
 
 namespace zero {
 
 // What a buffer holds. The report lists one row per category, in this order.
 enum class Category : std::uint8_t {
-  params,        // 16-bit working params (full, or the shard on stage 3)
-  grads,         // 16-bit full grads (fp32 in fp32 mode)
-  master,        // fp32 master params
-  optimizer_m,   // Adam first moment
-  optimizer_v,   // Adam second moment
-  grad_accum,    // fp32 gradient accumulator / reduced grad shard
-  comm_buckets,  // reduce buckets and communicator staging
-  gathered,      // stage-3 units gathered and in flight
-  activations,   // the trainer's own activations, recorded by it (Ledger::record_external)
-  other,         // anything else
+  params,         // working params: 16-bit (fp32 in fp32 mode) full, or the shard on stage 3
+  grads,          // the ZeRO "grads" term: full working-dtype grads (stages 0-1) or the reduced
+                  // shard (stages 2-3)
+  master,         // fp32 master params
+  optimizer_m,    // Adam first moment
+  optimizer_v,    // Adam second moment
+  reduced_grads,  // the reduced gradient where it is not the grads term: stage 0's full fp32
+                  // all-reduce result, stage 1's reduced shard
+  accumulator,    // fp32 sum over micro-batches (gradient_accumulation_steps > 1)
+  grad_buffers,   // stages 2-3: a unit's gradient buffer, from its first grad() to its reduction
+  buckets,        // packed buffers of collectives: a reduce bucket, stage 0's reduced blocks and
+                  // their all-gather, new param shards staged for their all-gather
+  comm_staging,   // the communicator's own staging (pipeline slots, widening copies)
+  step_scratch,   // step(): fp32 conversion of one unit's 16-bit reduced gradient
+  gathered,       // stage-3 units gathered and in flight
+  activations,    // the trainer's own activations, recorded by it (Ledger::record_external)
+  other,          // anything else
 };
-inline constexpr std::size_t kCategoryCount = 10;
+inline constexpr std::size_t kCategoryCount = 14;
 std::string_view name_of(Category c);
 
 // A memory backend. Host: aligned, zeroed heap memory. A CUDA backend (cudaMalloc + cudaMemset)
@@ -71,6 +79,13 @@ struct LedgerSnapshot {
 };
 
 class Ledger;
+
+// What the ledger throws when its byte counts would pass 2^63 - 1 (only a counting run, such as
+// the planner's, gets there: no machine holds that much).
+class LedgerOverflow : public Error {
+ public:
+  using Error::Error;
+};
 
 // An owned buffer (move-only). Destruction frees it and updates the ledger. The ledger must
 // outlive it. Device memory is returned the same way; its pointers are only valid on the device.

@@ -1,10 +1,6 @@
-// The memory planner (zero/planner.hpp). It follows the engine's allocation rules (zero/engine.cpp,
-// zero/engine_step.cpp) term by term: the persistent buffers from the layout, and the transient
-// ones by replaying the engine's allocations for the documented call order (forward: gather,
-// release; backward: gather, grads, release, reduce_grads; then step) and keeping the peak, in
-// time linear in the units (replay_step says how).
-// A change to what the engine allocates must change this file too; tests/zero/test_planner_engine.cpp
-// compares both, byte for byte, at every stage and at 1 to 4 ranks.
+// The memory planner (zero/planner.hpp): ZeRO's formulas for what persists, and for what does
+// not, the engine's own count (run_engine below). tests/zero/test_planner_engine.cpp compares the
+// plan with real runs' ledgers, byte for byte, at every stage and at 1 to 4 ranks.
 #include "zero/planner.hpp"
 
 #include <algorithm>
@@ -15,8 +11,10 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
-#include "comm/staging.hpp"
+#include "comm/counting_communicator.hpp"
+#include "zero/engine.hpp"
 #include "zero/error.hpp"
 #include "zero/stage_policy.hpp"
 
@@ -59,18 +57,6 @@ struct Checked {
     if (__builtin_add_overflow(a, b, &r)) fail(what);
     return r;
   }
-};
-
-// Replays the engine's transient allocations and keeps the most held at once.
-struct Replay {
-  const Checked& ck;
-  std::int64_t current = 0;
-  std::int64_t peak = 0;
-  void alloc(std::int64_t b) {
-    current = ck.add(current, b, "the transient buffers");
-    peak = std::max(peak, current);
-  }
-  void free(std::int64_t b) { current -= b; }
 };
 
 // The planner builds the layout the engine builds, a few hundred bytes per unit and per tensor:
@@ -334,137 +320,78 @@ Sizes lay_out(const std::vector<UnitSpec>& units, const LayoutOptions& lo) {
   return out;
 }
 
-// The peak of the transient buffers of one optimizer step: the engine's allocations replayed for
-// the documented call order (per micro-batch: forward gather, release; backward gather, grads,
-// release, reduce_grads; then step).
-//
-// Linear in the units, whatever the accumulation: (1) the engine's state after every micro-batch
-// is the same (all stage-3 units released, the last gather at unit 0, with overlap_comm unit 0's
-// reduction in flight), so micro-batches 2..K repeat micro-batch 2 exactly and two are replayed;
-// (2) the prefetch window is kept as a frontier that only moves forward along the direction of
-// travel instead of being rescanned at each gather; (3) the reductions in flight are a list (at
-// most two entries) instead of a scan over every unit.
-std::int64_t replay_step(const Sizes& L, const StagePolicy& pol, const PlanInput& in,
-                         std::int64_t w, std::int64_t r, DType rd, const Checked& ck) {
-  Replay train{ck};
-  const int nu = static_cast<int>(L.units.size());
-  enum class St : std::uint8_t { sharded, gathered };
-  std::vector<St> st(static_cast<std::size_t>(nu), St::sharded);
-  std::vector<std::int64_t> pending(static_cast<std::size_t>(nu), 0);  // bytes a reduction holds
-  std::vector<int> in_flight;                                          // units with pending > 0
-  std::vector<char> fresh(static_cast<std::size_t>(nu), 0);
-  auto padded = [&](int v) { return L.units[v].padded_numel; };
-  auto persistent = [&](int v) { return L.units[v].persistent; };
+// What the engine holds when it runs: the engine itself, over a counting backend and a
+// communicator that moves nothing (EngineOptions::count_only), driven in the documented call
+// order (per micro-batch: forward gather, release; backward gather, grad, release, reduce_grads;
+// then step). Every decision (prefetch window, buckets, reductions in flight, where the new
+// params go) and every allocation is the engine's own, so the plan equals the ledger of a real
+// run by construction. Two micro-batches stand for any accumulation above one (the engine's
+// state after every micro-batch is the same: all stage-3 units released, the window reset by
+// the next forward), and two steps are run because the communicator's staging, grown in the
+// first, is held through every later one.
+struct EngineRun {
+  std::int64_t base = 0;            // held after construction: model states, persistent buffers
+  std::int64_t states = 0;          // of which model states (params, grads, master, m, v)
+  std::int64_t peak = 0;            // the most held at once, init_params and both steps
+  std::int64_t staging = 0;         // the communicator's staging after the run
+  std::int64_t step_transient = 0;  // the second step's peak less base, activations, staging
+};
 
-  // Stage 3's gathers (Engine::gather and Impl::prefetch_from). `last`, the engine's
-  // last_gathered, gives the direction; [last, front] in that direction is what the window's
-  // scan has covered: every non-persistent unit in it is gathered, and `ahead` is their padded
-  // size beyond `last` (the window's fill); `live` is every gathered non-persistent element.
-  int last = -1, dir = 0, front = -1;
-  std::int64_t ahead = 0, live = 0;
-  auto issue = [&](int v) {
-    train.alloc(ck.mul(w, padded(v), "the gathered units"));
-    st[v] = St::gathered;
-    live += padded(v);
-  };
-  auto gather = [&](int u) {
-    if (!pol.shard_params || persistent(u)) return;
-    const int d = last >= 0 && u <= last ? -1 : +1;
-    const bool inside = d == dir && last >= 0 && (d > 0 ? u > last && u <= front : u < last && u >= front);
-    if (inside) {  // the window now starts after u: drop what lies between the old start and u
-      for (int v = last + d; v != u + d; v += d)
-        if (!persistent(v) && st[v] != St::sharded) ahead -= padded(v);
-    } else {
-      front = u;
-      ahead = 0;
-    }
-    last = u;
-    dir = d;
-    if (st[u] == St::sharded) issue(u);
-    for (int v = front + d; v >= 0 && v < nu; v += d) {
-      if (persistent(v)) {
-        front = v;
-        continue;
+EngineRun run_engine(const PlanInput& in, int shard_ranks) {
+  Config c;
+  c.zero.stage = in.stage;
+  c.precision = in.precision;
+  c.communication_data_type = in.reduce_dtype;
+  c.gradient_accumulation_steps = std::min<std::int64_t>(in.gradient_accumulation_steps, 2);
+  c.zero.overlap_comm = in.overlap_comm;
+  c.zero.reduce_bucket_size = in.reduce_bucket_size;
+  c.zero.stage3_prefetch_bucket_size = in.prefetch_bucket_size;
+  c.zero.stage3_max_live_parameters = in.max_live_parameters;
+  c.zero.stage3_param_persistence_threshold = in.param_persistence_threshold;
+  EngineOptions o;
+  o.count_only = true;
+  o.memory = in.device ? comm::Memory::device : comm::Memory::host;
+  o.align_elements = in.align_elements;
+  o.log = [](const std::string&) {};
+  comm::Options co;
+  co.chunk_bytes = in.comm_chunk_bytes;
+  co.pipeline_depth = in.comm_pipeline_depth;
+  auto world = comm::make_counting_communicator(
+      shard_ranks, 0, o.memory, in.device ? comm::StagingModel::nccl : comm::StagingModel::mpi, co);
+  Engine e(c, *world, in.units, o);
+  EngineRun run;
+  const MemoryReport built = e.memory();
+  run.base = built.ledger.current_total;
+  run.states = built.model_states();
+  e.init_params([](int, std::span<float>) {});
+  e.ledger().record_external(Category::activations, in.activation_bytes, o.memory);
+  const Layout& L = e.layout();
+  const auto nu = static_cast<int>(L.units.size());
+  auto one_step = [&] {
+    for (std::int64_t mb = 0; mb < c.gradient_accumulation_steps; ++mb) {
+      for (int u = 0; u < nu; ++u) {
+        e.gather(u);
+        e.release(u);
       }
-      if (st[v] == St::sharded) {
-        if (ahead + padded(v) > in.prefetch_bucket_size ||
-            live + padded(v) > in.max_live_parameters)
-          break;
-        issue(v);
+      for (int u = nu - 1; u >= 0; --u) {
+        e.gather(u);
+        e.grad(L.units[u].first_param);
+        e.release(u);
+        e.reduce_grads(u);
       }
-      ahead += padded(v);
-      front = v;
     }
+    e.step();
   };
-  auto release = [&](int u) {
-    if (!pol.shard_params || persistent(u) || st[u] == St::sharded) return;
-    train.free(w * padded(u));
-    st[u] = St::sharded;
-    live -= padded(u);
-  };
-
-  // Gradients and their reductions (Impl::grads_of_unit, finish_reduce, Engine::reduce_grads).
-  auto finish = [&](int u) {
-    train.free(pending[u]);
-    pending[u] = 0;
-  };
-  auto grads = [&](int u) {
-    if (fresh[u]) return;
-    finish(u);
-    if (pol.shard_grads) train.alloc(ck.mul(w, padded(u), "the gradient buffers"));
-    fresh[u] = 1;
-  };
-  auto reduce = [&](int u) {
-    grads(u);
-    const auto& U = L.units[u];
-    if (pol.gather_grads) {
-      pending[u] = r * U.shard_numel;  // this rank's block before the all-gather
-      train.alloc(pending[u]);
-    } else if (pol.shard_grads) {
-      pending[u] = w * U.padded_numel;  // the unit's gradient buffer, until the reduction ends
-    }
-    if (pending[u] > 0) in_flight.push_back(u);
-    fresh[u] = 0;
-    // Every other reduction is finished now; with overlap_comm this one stays in flight.
-    std::size_t kept = 0;
-    for (int v : in_flight)
-      if (v == u && in.overlap_comm && pending[v] > 0) in_flight[kept++] = v;
-      else finish(v);
-    in_flight.resize(kept);
-  };
-
-  const std::int64_t micro_batches = std::min<std::int64_t>(in.gradient_accumulation_steps, 2);
-  for (std::int64_t mb = 0; mb < micro_batches; ++mb) {
-    for (int u = 0; u < nu; ++u) {
-      gather(u);
-      release(u);
-    }
-    for (int u = nu - 1; u >= 0; --u) {
-      gather(u);
-      grads(u);
-      release(u);
-      reduce(u);
-    }
-  }
-  // step(): finish every reduction, drop stage-3 prefetches, convert 16-bit reduced gradients
-  // unit by unit through one scratch, and stage each new shard for the all-gather (stages 1-2
-  // and persistent units).
-  for (int u = 0; u < nu; ++u) finish(u);
-  for (int u = 0; u < nu; ++u) release(u);
-  std::int64_t scratch = 0;
-  if (in.gradient_accumulation_steps == 1 && rd != DType::f32) {
-    for (int u = 0; u < nu; ++u)
-      scratch = std::max(scratch, pol.shard_optimizer ? L.units[u].shard_numel : padded(u));
-    scratch = ck.mul(scratch, 4, "the step's fp32 scratch");
-    train.alloc(scratch);
-  }
-  for (const auto& U : L.units)
-    if (pol.shard_optimizer && (!pol.shard_params || U.persistent)) {
-      train.alloc(w * U.shard_numel);
-      train.free(w * U.shard_numel);
-    }
-  train.free(scratch);
-  return train.peak;
+  one_step();
+  const std::int64_t first_peak = e.memory().peak_total;
+  e.ledger().reset_peaks();
+  one_step();
+  const std::int64_t second_peak = e.memory().peak_total;
+  run.peak = std::max(first_peak, second_peak);
+  run.staging = static_cast<std::int64_t>(world->scratch_bytes_peak());
+  run.step_transient = second_peak - run.base - in.activation_bytes - run.staging;
+  e.ledger().record_external(Category::activations, -in.activation_bytes, o.memory);
+  return run;
 }
 
 }  // namespace
@@ -593,76 +520,40 @@ Plan plan_memory(const PlanInput& in) {
            bytes(4, pol.gather_grads ? P : Sh, "the gradient accumulator"),
            offload && !pol.gather_grads);
 
-  // Communication staging, grow-only, the largest reduce-scatter's. NCCL (device): a 16-bit
-  // gradient reduced into fp32 is first widened into an fp32 copy of the unit. MPI (host ranks):
-  // depth slots per peer of one chunk each.
-  std::int64_t staging = 0;
-  if (in.device) {
-    if (wd != DType::f32 && rd == DType::f32)
-      for (const auto& U : L.units)
-        staging = std::max(staging, bytes(4, U.padded_numel, "the NCCL staging"));
-  } else if (S > 1) {
-    // staging_bytes is unchecked size_t arithmetic; its bound (slots x peers x (chunk + 64),
-    // plus an fp32 chunk) must fit first.
-    const std::int64_t chunk = static_cast<std::int64_t>(
-        std::min<std::size_t>(in.comm_chunk_bytes, std::size_t{1} << 62));
-    ck.add(ck.mul(ck.mul(in.comm_pipeline_depth, S - 1, "the MPI staging"),
-                  ck.add(chunk, 128, "the MPI staging"), "the MPI staging"),
-           ck.mul(chunk, 4, "the MPI staging"), "the MPI staging");
-    std::size_t most = 0;
-    for (const auto& U : L.units)
-      most = std::max(most, comm::scratch_rounded(comm::reduce_scatter_staging_bytes(
-                                static_cast<std::size_t>(U.padded_numel),
-                                static_cast<std::size_t>(U.shard_numel), S, wd, rd, false,
-                                in.comm_chunk_bytes, in.comm_pipeline_depth)));
-    staging = static_cast<std::int64_t>(most);
+  // Everything else comes from running the engine itself over counting memory: the transient
+  // buffers at their peak and the communicator's staging. Offload and SGD change only the
+  // persistent terms above; what the engine computes on the device around them is the same.
+  EngineRun run;
+  try {
+    run = run_engine(in, S);
+  } catch (const LedgerOverflow&) {
+    ck.fail("the engine's buffers with the activations");
   }
-
-  // Transient buffers: replay what the engine allocates and frees for one optimizer step (and
-  // init_params, before training), in the documented call order.
-  Replay init{ck};
-  if (pol.shard_optimizer && !pol.shard_params) {
-    for (const auto& U : L.units) {  // init_params: each unit's new shard, then all-gather
-      init.alloc(w * U.shard_numel);
-      init.free(w * U.shard_numel);
-    }
-  } else if (pol.shard_params) {
-    for (const auto& U : L.units)
-      if (U.persistent) {
-        init.alloc(w * U.shard_numel);
-        init.free(w * U.shard_numel);
-      }
-  }
-  const std::int64_t train_peak = replay_step(L, pol, in, w, r, rd, ck);
-
-  // The ledger's peak: training holds the activations, the staging and the step's transients on
-  // top of everything persistent; init_params runs before the activations or the staging exist.
-  // "buffers" is what is held at that peak besides the model states and the activations.
+  if (!offload && in.optimizer == PlanOptimizer::adam &&
+      (run.states != dev.model_states() || run.base != run.states + persistent_buffers))
+    throw std::logic_error(cat("planner: the formulas give ", dev.model_states(),
+                               " B of model states and ", persistent_buffers,
+                               " B of persistent buffers, the engine holds ", run.states, " and ",
+                               run.base - run.states, " (", plan.terms.size(), " terms)"));
   const std::int64_t states = dev.model_states();
   const std::int64_t act = in.activation_bytes;
-  const std::int64_t train_total =
-      ck.add(ck.add(ck.add(ck.add(states, persistent_buffers, "the persistent buffers"), act,
-                           "the activations"),
-                    staging, "the comm staging"),
-             train_peak, "the transient buffers");
-  const std::int64_t init_total = ck.add(states + persistent_buffers, init.peak, "init_params");
-  plan.peak_total = std::max(train_total, init_total);
-  plan.step_transient_peak = train_peak;
+  plan.peak_total = ck.add(states + persistent_buffers, run.peak - run.base, "the peak");
+  plan.step_transient_peak = run.step_transient;
   if (in.device)
-    buffer("NCCL staging: fp32 copy of the largest unit's grads",
-           "4 B x the largest unit's padded size", staging);
+    buffer("NCCL staging: fp32 copy of the largest reduce-scatter's input",
+           "4 B x the largest unit's (or bucket's) padded size", run.staging);
   else
-    buffer("MPI reduce-scatter staging (largest unit)",
+    buffer("MPI reduce-scatter staging (largest collective)",
            cat(in.comm_pipeline_depth, " slots x ", S - 1, " peers x min(",
                in.comm_chunk_bytes, " B, one shard)"),
-           staging);
+           run.staging);
   const std::int64_t transient = plan.peak_total - states - act - persistent_buffers;
   if (transient != 0)
     term("buffers",
-         pol.shard_params ? "gathered units + prefetch, grads in flight, scratch"
-                          : "gradient buffers in flight, step scratch",
-         cat("peak of the replayed allocations of one step (", with_commas(train_peak),
-             " B) or of init_params (", with_commas(init.peak), " B)"),
+         pol.shard_params ? "gathered units + prefetch, grads in flight, buckets, scratch"
+                          : "gradient buffers and buckets in flight, step scratch",
+         cat("the engine's own allocations at its peak, counted by running it (",
+             with_commas(run.step_transient), " B in a step)"),
          transient);
   if (act > 0)
     term("activations", in.model_name.empty() ? "activations" : in.model_name + " activations",

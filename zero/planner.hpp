@@ -1,10 +1,11 @@
 // Planner: the bytes per rank a training run will hold, by category, before anything runs.
-// A pure function of the model and the settings (no communicator, no device). It lays the units
-// out with the engine's make_layout (so padding is counted the same way) and follows the engine's
-// allocation rules term by term, so its model-state bytes equal the engine's ledger exactly;
-// every term carries the formula that produced it (docs/memory.md). Any input answers in about a
-// second: time is linear in the units (at most a million) and independent of the accumulation,
-// and byte counts past 2^63 - 1 are a zero::Error, never a wrapped (negative) size.
+// A pure function of the model and the settings (no communicator, no device). The model states
+// and persistent buffers are ZeRO's formulas, term by term (docs/memory.md); everything transient
+// is counted by running the engine itself over counting memory and a communicator that moves
+// nothing (EngineOptions::count_only), so the plan equals the engine's ledger by construction and
+// the formulas are checked against that run at every call. Any input answers in seconds: time is
+// linear in the units (at most a million) and independent of the accumulation, and byte counts
+// past 2^63 - 1 are a zero::Error, never a wrapped (negative) size.
 #pragma once
 
 #include <cstdint>
@@ -119,8 +120,9 @@ struct Plan {
   PlanBytes host;                   // offloaded state (and staging) in host memory
   std::int64_t peak_total = 0;      // the predicted peak of the device space (the engine's
                                     // ledger peak_total is compared with this)
-  std::int64_t step_transient_peak = 0;  // the most the replayed step's transient allocations
-                                         // (gathered units, grads in flight, scratch) hold at once
+  std::int64_t step_transient_peak = 0;  // the most a step's transient allocations (gathered
+                                         // units, grads and buckets in flight, scratch) hold at
+                                         // once, in the engine's counting run
   std::vector<PlanTerm> terms;      // every term, in report order
 };
 

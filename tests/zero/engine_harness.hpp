@@ -26,6 +26,7 @@ struct RunSpec {
   // A parameter group as a transformer trainer sets one: biases without weight decay, at half
   // the learning rate (param_groups [{"params": ["*.bias"], "weight_decay": 0, "lr_scale": 0.5}]).
   bool bias_group = false;
+  std::int64_t reduce_bucket = 0;           // reduce_bucket_size in elements (0: the default)
   models::MlpShape shape{3, 24, 48, 7};     // layers, width, global batch, seed
 };
 
@@ -52,6 +53,7 @@ inline Config make_config(const RunSpec& s) {
   c.optimizer.eps = s.eps;
   c.optimizer.bias_correction = s.bias_correction;
   c.zero.overlap_comm = s.overlap;
+  if (s.reduce_bucket > 0) c.zero.reduce_bucket_size = s.reduce_bucket;
   c.zero.stage3_param_persistence_threshold = s.persistence_threshold;
   if (s.bias_group) c.param_groups.push_back({{"*.bias"}, 0.0, 0.5});
   return c;

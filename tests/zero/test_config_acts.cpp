@@ -79,7 +79,8 @@ std::string fingerprint(const Config& config, Grads grads = Grads::mlp) {
           << r.clip_coefficient << '\n';
     }
     const zero::EngineStats st = engine.stats();
-    out << "stats " << st.reductions_overlapped << ' ' << st.max_reductions_in_flight << '\n';
+    out << "stats " << st.reduce_collectives << ' ' << st.reductions_overlapped << ' '
+        << st.max_reductions_in_flight << '\n';
     out << "weights " << engine.master_checksum() << '\n';
   } catch (const zero::Error& e) {
     out << "engine error: " << e.what() << '\n';
@@ -181,6 +182,8 @@ const std::vector<Row>& rows() {
       {"zero_optimization.stage", none, stage3},
       {"zero_optimization.overlap_comm", [](Config& c) { c.zero.stage = 2; },
        [](Config& c) { c.zero.overlap_comm = true; }},
+      {"zero_optimization.reduce_bucket_size", [](Config& c) { c.zero.stage = 2; },
+       [](Config& c) { c.zero.reduce_bucket_size = 1; }},
       {"zero_optimization.stage3_prefetch_bucket_size", stage3,
        [](Config& c) { c.zero.stage3_prefetch_bucket_size = 0; }},
       {"zero_optimization.stage3_param_persistence_threshold", stage3,

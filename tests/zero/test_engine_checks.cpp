@@ -231,24 +231,31 @@ TEST_CASE("Clipping triggers and matches the reference's clipped update, with th
 TEST_CASE("With overlap_comm each reduction runs while the trainer computes the next unit") {
   auto w = world();
   for (int stage = 0; stage <= 3; ++stage) {
-    INFO("stage " << stage);
-    RunSpec spec;
-    spec.stage = stage;
-    spec.accumulation = 2;
-    spec.steps = 3;
-    const std::int64_t units = spec.shape.layers;
-    spec.overlap = true;
-    const EngineStats on = run_mlp(*w, spec).stats;
-    CHECK(on.reductions == units * spec.accumulation * spec.steps);
-    // Every reduction but each step's last (finished by step() itself) was still in flight
-    // when the trainer next asked for a unit, and never more than one at a time.
-    CHECK(on.reductions_overlapped == on.reductions - spec.steps);
-    CHECK(on.max_reductions_in_flight == 1);
-    spec.overlap = false;
-    const EngineStats off = run_mlp(*w, spec).stats;
-    CHECK(off.reductions == on.reductions);
-    CHECK(off.reductions_overlapped == 0);
-    CHECK(off.max_reductions_in_flight == 0);
+    // One bucket per unit (a one-element limit), then one bucket for the whole model (the
+    // default, 5e8 elements): a collective per unit, or one per micro-batch.
+    for (std::int64_t bucket : {std::int64_t{1}, std::int64_t{0}}) {
+      INFO("stage " << stage << ", reduce_bucket_size " << bucket);
+      RunSpec spec;
+      spec.stage = stage;
+      spec.accumulation = 2;
+      spec.steps = 3;
+      spec.reduce_bucket = bucket;
+      const std::int64_t units = spec.shape.layers;
+      spec.overlap = true;
+      const EngineStats on = run_mlp(*w, spec).stats;
+      CHECK(on.reductions == units * spec.accumulation * spec.steps);
+      CHECK(on.reduce_collectives == (bucket == 1 ? on.reductions : spec.accumulation * spec.steps));
+      // Every collective but each step's last (finished by step() itself) was still in flight
+      // when the trainer next asked for a unit, and never more than one at a time.
+      CHECK(on.reductions_overlapped == on.reduce_collectives - spec.steps);
+      CHECK(on.max_reductions_in_flight == 1);
+      spec.overlap = false;
+      const EngineStats off = run_mlp(*w, spec).stats;
+      CHECK(off.reductions == on.reductions);
+      CHECK(off.reduce_collectives == on.reduce_collectives);
+      CHECK(off.reductions_overlapped == 0);
+      CHECK(off.max_reductions_in_flight == 0);
+    }
   }
 }
 

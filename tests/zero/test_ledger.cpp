@@ -77,10 +77,10 @@ TEST_CASE("the ledger tracks current and peak bytes per category", "[ledger]") {
 TEST_CASE("peak_total is the peak of the sum, not the sum of the peaks", "[ledger]") {
   Ledger ledger;
   { Allocation a = ledger.allocate(Category::gathered, 1000); }
-  Allocation b = ledger.allocate(Category::comm_buckets, 3000);
+  Allocation b = ledger.allocate(Category::comm_staging, 3000);
   const auto s = ledger.snapshot();
   CHECK(s[Category::gathered].peak == 1000);
-  CHECK(s[Category::comm_buckets].peak == 3000);
+  CHECK(s[Category::comm_staging].peak == 3000);
   CHECK(s.peak_total == 3000);  // max(1000, 3000), not 4000
   CHECK(s.current_total == 3000);
 }
@@ -151,26 +151,26 @@ TEST_CASE("moving an allocation transfers ownership without touching the ledger"
 
 TEST_CASE("external records count toward current, peak and the total", "[ledger]") {
   Ledger ledger;
-  Allocation a = ledger.allocate(Category::comm_buckets, 100);
-  ledger.record_external(Category::comm_buckets, 50);
+  Allocation a = ledger.allocate(Category::comm_staging, 100);
+  ledger.record_external(Category::comm_staging, 50);
   auto s = ledger.snapshot();
-  CHECK(s[Category::comm_buckets].current == 150);
-  CHECK(s[Category::comm_buckets].peak == 150);
+  CHECK(s[Category::comm_staging].current == 150);
+  CHECK(s[Category::comm_staging].peak == 150);
   CHECK(s.current_total == 150);
   CHECK(s.live_allocations == 1);  // an external record is not an allocation
-  ledger.record_external(Category::comm_buckets, -50);
+  ledger.record_external(Category::comm_staging, -50);
   s = ledger.snapshot();
-  CHECK(s[Category::comm_buckets].current == 100);
+  CHECK(s[Category::comm_staging].current == 100);
   CHECK(s.peak_total == 150);
 }
 
 TEST_CASE("giving back more external bytes than were recorded is an error", "[ledger]") {
   Ledger ledger;
-  Allocation a = ledger.allocate(Category::comm_buckets, 100);  // owned, not external
-  ledger.record_external(Category::comm_buckets, 10);
-  CHECK_THROWS_WITH(ledger.record_external(Category::comm_buckets, -20),
-                    Contains("comm_buckets") && Contains("negative"));
-  CHECK(ledger.snapshot()[Category::comm_buckets].current == 110);  // unchanged by the failure
+  Allocation a = ledger.allocate(Category::comm_staging, 100);  // owned, not external
+  ledger.record_external(Category::comm_staging, 10);
+  CHECK_THROWS_WITH(ledger.record_external(Category::comm_staging, -20),
+                    Contains("comm_staging") && Contains("negative"));
+  CHECK(ledger.snapshot()[Category::comm_staging].current == 110);  // unchanged by the failure
 }
 
 TEST_CASE("returned memory is 64-byte aligned and zeroed", "[ledger]") {
@@ -226,7 +226,7 @@ TEST_CASE("host and device memory are accounted separately", "[ledger]") {
   CHECK(e.category() == Category::grads);
   CHECK(h.where() == Memory::host);
   CHECK(counts->allocations == 1);
-  ledger.record_external(Category::comm_buckets, 50, Memory::device);
+  ledger.record_external(Category::comm_staging, 50, Memory::device);
 
   const auto hs = ledger.snapshot(Memory::host);
   const auto ds = ledger.snapshot(Memory::device);
@@ -236,7 +236,7 @@ TEST_CASE("host and device memory are accounted separately", "[ledger]") {
   CHECK(hs[Category::params].current == 0);
   CHECK(ds.current_total == 350);
   CHECK(ds[Category::params].current == 300);
-  CHECK(ds[Category::comm_buckets].current == 50);
+  CHECK(ds[Category::comm_staging].current == 50);
   CHECK(ds[Category::master].current == 0);
   CHECK_THAT(zero::describe(ds), Contains("device"));
 }
@@ -290,7 +290,7 @@ TEST_CASE("allocations and external records from two threads add up", "[ledger]"
     }
   };
   std::thread t1(work, Category::gathered);
-  std::thread t2(work, Category::comm_buckets);
+  std::thread t2(work, Category::comm_staging);
   t1.join();
   t2.join();
   const auto s = ledger.snapshot();

@@ -1,0 +1,70 @@
+// The counting backend (zero/backend.hpp): allocations that hold no memory and kernels that do
+// nothing, for an engine run whose only output is its ledger (EngineOptions::count_only).
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+#include "zero/backend.hpp"
+
+namespace zero {
+namespace {
+
+// Hands out disjoint, 64-byte-aligned ranges of an address space that is never mapped: the
+// engine does offset arithmetic and pointer comparisons (is this view this rank's block of that
+// one?) on what it allocates, and distinct buffers must stay distinct. Nothing dereferences them.
+class CountingAllocator final : public Allocator {
+ public:
+  explicit CountingAllocator(comm::Memory where) : where_(where) {}
+  void* allocate(std::size_t bytes) override {
+    const std::uintptr_t at = next_;
+    next_ += (bytes + 63) / 64 * 64 + 64;  // a gap, so that no buffer ends where another starts
+    return reinterpret_cast<void*>(at);
+  }
+  void deallocate(void*, std::size_t) noexcept override {}
+  comm::Memory where() const override { return where_; }
+
+ private:
+  comm::Memory where_;
+  std::uintptr_t next_ = std::uintptr_t{1} << 44;  // above any heap a planner process has
+};
+
+class CountingBackend final : public Backend {
+ public:
+  explicit CountingBackend(comm::Memory memory) : memory_(memory) {}
+  comm::Memory memory() const override { return memory_; }
+  std::unique_ptr<Allocator> make_allocator() override {
+    return std::make_unique<CountingAllocator>(memory_);
+  }
+  std::string describe() const override { return "counting (no memory, no kernels)"; }
+
+  void fill_zero(void*, std::size_t) override {}
+  void copy(void*, const void*, std::size_t) override {}
+  void upload(void*, const void*, std::size_t) override {}
+  void download(void* host, const void*, std::size_t bytes) override {
+    std::memset(host, 0, bytes);  // host memory is real: give it defined values
+  }
+  void store_from_f32(void*, DType, const float*, std::int64_t) override {}
+  void load_to_f32(float*, const void*, DType, std::int64_t) override {}
+  void accumulate(float*, const void*, DType, std::int64_t) override {}
+  void squared_norm(const float*, std::int64_t, int) override {}
+  std::vector<double> fetch_norms(int count) override {
+    return std::vector<double>(static_cast<std::size_t>(count), 0.0);
+  }
+  void adamw(float*, float*, float*, const float*, std::int64_t, const kernels::AdamStep&, void*,
+             DType, int) override {}
+  std::vector<std::int64_t> fetch_nonfinite(int count) override {
+    return std::vector<std::int64_t>(static_cast<std::size_t>(count), -1);
+  }
+  void synchronize() override {}
+
+ private:
+  comm::Memory memory_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_counting_backend(comm::Memory memory) {
+  return std::make_unique<CountingBackend>(memory);
+}
+
+}  // namespace zero
