@@ -226,7 +226,8 @@ std::string to_json(const Config& c) {
     if (value != default_value) zo[key] = value;
   };
   if (z.reduce_bucket_size != defaults.reduce_bucket_size) zo["reduce_bucket_size"] = z.reduce_bucket_size;
-  inert("allgather_bucket_size", z.allgather_bucket_size, defaults.allgather_bucket_size);
+  if (z.allgather_bucket_size != defaults.allgather_bucket_size)
+    zo["allgather_bucket_size"] = z.allgather_bucket_size;
   inert("stage3_max_reuse_distance", z.stage3_max_reuse_distance,
         defaults.stage3_max_reuse_distance);
   inert("zero_hpz_partition_size", z.zero_hpz_partition_size, defaults.zero_hpz_partition_size);

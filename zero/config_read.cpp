@@ -285,8 +285,15 @@ void read_zero(const ObjectReader& top, ZeroConfig& z) {
         s.warnings().push_back(cat(s.path_of("reduce_bucket_size"), " 0 keeps the default, ",
                                    z.reduce_bucket_size, " elements (a bucket holds whole units)"));
     }
-    read_inert_size(s, "allgather_bucket_size", z.allgather_bucket_size,
-                    "zero all-gathers one unit's parameters at a time");
+    // Acts at stages 1-2 (and for stage 3's persistent units): the new params of consecutive
+    // units are all-gathered after the step as one collective of up to this many elements.
+    if (std::int64_t bucket = 0; s.integer("allgather_bucket_size", bucket, 0)) {
+      if (bucket > 0)
+        z.allgather_bucket_size = bucket;
+      else
+        s.warnings().push_back(cat(s.path_of("allgather_bucket_size"), " 0 keeps the default, ",
+                                   z.allgather_bucket_size, " elements (a bucket holds whole units)"));
+    }
     // Zero is meaningful for these: no prefetch, nothing persistent, release at once.
     const std::pair<std::string_view, std::int64_t*> stage3_sizes[] = {
         {"stage3_prefetch_bucket_size", &z.stage3_prefetch_bucket_size},

@@ -150,6 +150,21 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
     accum = alloc(Category::accumulator,
                   bytes(policy.gather_grads ? layout.padded_numel : layout.shard_numel, DType::f32));
   buckets.resize(layout.buckets.size());
+  // The all-gather runs after the step: consecutive units on that path, in forward order, joined
+  // while their padded sizes fit allgather_bucket_size (a larger unit is a run of its own).
+  std::int64_t run_size = 0;
+  for (int u = 0; u < static_cast<int>(nu); ++u) {
+    if (!gathers_params(u)) continue;
+    const std::int64_t n = layout.units[u].padded_numel;
+    if (!param_gather_runs.empty() && param_gather_runs.back().last + 1 == u &&
+        run_size + n <= config.zero.allgather_bucket_size) {
+      param_gather_runs.back().last = u;
+      run_size += n;
+    } else {
+      param_gather_runs.push_back({u, u});
+      run_size = n;
+    }
+  }
 
   if (config.precision == Precision::fp16) {
     LossScalerConfig sc;
@@ -228,39 +243,6 @@ Slice Engine::Impl::grads_of_unit(int u) {
   if (policy.shard_grads) return slice(run.grads, work_dtype, 0, U.padded_numel);
   return slice(grads_full, work_dtype, U.offset, U.padded_numel);
 }
-
-namespace {
-
-// The packed (rank-major) form of the consecutive units [first, last]: rank r's shards of them,
-// in unit order, then rank r + 1's; the layout of one reduce-scatter's input and of one
-// all-gather's output over the run. Copies units [from, to] of the run between it and their
-// unit-major buffers: unit u's rank-r shard at unit_data(u) + r * shard_numel elements.
-struct PackedRun {
-  const Layout& layout;
-  int first, last;
-  std::int64_t shard() const {  // one rank's part: the run's shards, contiguous in shard order
-    return layout.units[last].shard_offset + layout.units[last].shard_numel -
-           layout.units[first].shard_offset;
-  }
-  template <class UnitData>
-  void copy(Backend& b, int ranks, DType dt, std::byte* packed, int from, int to,
-            UnitData unit_data, bool into_packed) const {
-    const std::size_t es = size_of(dt);
-    const std::int64_t base = layout.units[first].shard_offset, stride = shard();
-    for (int u = from; u <= to; ++u) {
-      const auto& U = layout.units[u];
-      const auto n = static_cast<std::size_t>(U.shard_numel) * es;
-      std::byte* unit = unit_data(u);
-      for (int r = 0; r < ranks; ++r) {
-        std::byte* p = packed + static_cast<std::size_t>(r * stride + U.shard_offset - base) * es;
-        std::byte* f = unit + static_cast<std::size_t>(r * U.shard_numel) * es;
-        into_packed ? b.copy(p, f, n) : b.copy(f, p, n);
-      }
-    }
-  }
-};
-
-}  // namespace
 
 void Engine::Impl::bucket_arrived(int u, const Slice& g) {
   const auto& U = layout.units[u];
@@ -463,6 +445,28 @@ void Engine::Impl::all_gather_params(int u, const Slice& shard_values) {
                                    : slice(full_params(), work_dtype, U.offset, U.padded_numel);
   const ScopeTimer t = waiting();
   world.all_gather(shard_values.cview(), full.view());
+}
+
+void Engine::Impl::all_gather_run(const Run& run, const Slice& shards) {
+  if (run.first == run.last) {
+    all_gather_params(run.first, shards);
+    return;
+  }
+  const PackedRun packed{layout, run.first, run.last};
+  Allocation out = alloc(Category::buckets, bytes(ranks * packed.shard(), work_dtype));
+  {
+    const ScopeTimer t = waiting();
+    world.all_gather(shards.cview(), slice(out, work_dtype, 0, ranks * packed.shard()).view());
+  }
+  packed.copy(*backend, ranks, work_dtype, static_cast<std::byte*>(out.data()), run.first, run.last,
+              [&](int u) {
+                const auto& U = layout.units[u];
+                return static_cast<std::byte*>(
+                    policy.shard_params ? units[u].gathered.data()
+                                        : static_cast<std::byte*>(full_params().data()) +
+                                              bytes(U.offset, work_dtype));
+              },
+              false);
 }
 
 // ---------------------------------------------------------------------------------------------

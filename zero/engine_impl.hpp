@@ -91,6 +91,35 @@ class ScopeTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
+// The packed (rank-major) form of the consecutive units [first, last]: rank r's shards of them,
+// in unit order, then rank r + 1's; the layout of one reduce-scatter's input and of one
+// all-gather's output over the run. Copies units [from, to] of the run between it and their
+// unit-major buffers: unit u's rank-r shard at unit_data(u) + r * shard_numel elements.
+struct PackedRun {
+  const Layout& layout;
+  int first, last;
+  std::int64_t shard() const {  // one rank's part: the run's shards, contiguous in shard order
+    return layout.units[last].shard_offset + layout.units[last].shard_numel -
+           layout.units[first].shard_offset;
+  }
+  template <class UnitData>
+  void copy(Backend& b, int ranks, DType dt, std::byte* packed, int from, int to,
+            UnitData unit_data, bool into_packed) const {
+    const std::size_t es = size_of(dt);
+    const std::int64_t base = layout.units[first].shard_offset, stride = shard();
+    for (int u = from; u <= to; ++u) {
+      const auto& U = layout.units[u];
+      const auto n = static_cast<std::size_t>(U.shard_numel) * es;
+      std::byte* unit = unit_data(u);
+      for (int r = 0; r < ranks; ++r) {
+        std::byte* p = packed + static_cast<std::size_t>(r * stride + U.shard_offset - base) * es;
+        std::byte* f = unit + static_cast<std::size_t>(r * U.shard_numel) * es;
+        into_packed ? b.copy(p, f, n) : b.copy(f, p, n);
+      }
+    }
+  }
+};
+
 struct Engine::Impl {
   Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec> units, EngineOptions o);
 
@@ -135,6 +164,12 @@ struct Engine::Impl {
   // fp32 sum over micro-batches (gradient_accumulation_steps > 1), shaped like `reduced`.
   Allocation accum;
   std::vector<BucketFill> buckets;   // indexed like Layout::buckets
+  // After the step (stages 1-2, and stage 3's persistent units): consecutive units whose new
+  // params are all-gathered as one collective, at most allgather_bucket_size padded elements.
+  struct Run {
+    int first, last;
+  };
+  std::vector<Run> param_gather_runs;
   std::deque<Reduction> in_flight;   // issued, not finished, oldest first
   std::vector<int> reduce_log;       // the units passed to reduce_grads since the last step
   // The update's segments (zero/param_groups.hpp): unit by unit, each of one parameter group;
@@ -183,6 +218,12 @@ struct Engine::Impl {
   Slice params_of_unit(int u) const; // full working params of a gathered/persistent unit
   Slice grads_of_unit(int u);        // the unit's gradient buffer (allocated if needed)
   void all_gather_params(int u, const Slice& shard_values);  // stages 1-2 and persistent units
+  // All-gathers the new shards of run [first, last], staged contiguously in `shards` (this
+  // rank's shards of the run, in unit order), into each unit's full params.
+  void all_gather_run(const Run& run, const Slice& shards);
+  bool gathers_params(int u) const {  // after the step: through an all-gather
+    return policy.shard_optimizer && (!policy.shard_params || layout.units[u].persistent);
+  }
   void prefetch_after(int u);          // stage 3: gathers ahead of u in the direction of travel
   void record_comm_scratch();          // counts the communicator's staging growth in the ledger
   std::int64_t comm_scratch_recorded = 0;

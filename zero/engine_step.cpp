@@ -252,21 +252,29 @@ StepReport Engine::step() {
                        static_cast<int>(seg));
     }
   };
+  std::size_t next_run = 0;  // param_gather_runs, in unit order
   for (int u = 0; u < nu; ++u) {
     const auto& U = s.layout.units[u];
-    const std::int64_t off = s.state_offset(u), n = s.state_count(u);
-    const float* g = grad_f32(u);
+    const std::int64_t off = s.state_offset(u);
     if (!s.policy.shard_optimizer) {
-      Slice out = slice(s.full_params(), s.work_dtype, U.offset, U.padded_numel);
-      update(u, off, g, out);
-    } else if (s.policy.shard_params && !U.persistent) {
-      Slice out = slice(s.shard_params(), s.work_dtype, U.shard_offset, U.shard_numel);
-      update(u, off, g, out);
+      update(u, off, grad_f32(u), slice(s.full_params(), s.work_dtype, U.offset, U.padded_numel));
+    } else if (!s.gathers_params(u)) {
+      update(u, off, grad_f32(u), slice(s.shard_params(), s.work_dtype, U.shard_offset, U.shard_numel));
     } else {
+      // A run of units whose new shards are staged side by side (this rank's shards of the run
+      // are contiguous in shard order) and all-gathered as one collective.
+      const Impl::Run run = s.param_gather_runs[next_run++];
+      const std::int64_t base = U.shard_offset;
+      const auto& L = s.layout.units[run.last];
+      const std::int64_t n = L.shard_offset + L.shard_numel - base;
       Allocation tmp = s.alloc(Category::buckets, bytes(n, s.work_dtype));
-      Slice out = slice(tmp, s.work_dtype, 0, n);
-      update(u, off, g, out);
-      s.all_gather_params(u, out);
+      for (int v = run.first; v <= run.last; ++v) {
+        const auto& V = s.layout.units[v];
+        update(v, s.state_offset(v), grad_f32(v),
+               slice(tmp, s.work_dtype, V.shard_offset - base, V.shard_numel));
+      }
+      s.all_gather_run(run, slice(tmp, s.work_dtype, 0, n));
+      u = run.last;
     }
   }
   check_update_finite(s, step_no);

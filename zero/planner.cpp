@@ -229,6 +229,7 @@ PlanInput plan_input_from_config(const Config& c, int ranks) {
   in.gradient_accumulation_steps = c.gradient_accumulation_steps;
   in.overlap_comm = c.zero.overlap_comm;
   in.reduce_bucket_size = c.zero.reduce_bucket_size;
+  in.allgather_bucket_size = c.zero.allgather_bucket_size;
   in.prefetch_bucket_size = c.zero.stage3_prefetch_bucket_size;
   in.max_live_parameters = c.zero.stage3_max_live_parameters;
   in.param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
@@ -262,6 +263,8 @@ void validate(const PlanInput& in) {
                     in.param_persistence_threshold));
   if (in.reduce_bucket_size < 1)
     throw Error(cat("reduce bucket size: expected >= 1 element, got ", in.reduce_bucket_size));
+  if (in.allgather_bucket_size < 1)
+    throw Error(cat("all-gather bucket size: expected >= 1 element, got ", in.allgather_bucket_size));
   if (in.comm_chunk_bytes < 1 || in.comm_pipeline_depth < 1)
     throw Error(cat("comm staging: expected chunk bytes and pipeline depth >= 1, got ",
                     in.comm_chunk_bytes, " and ", in.comm_pipeline_depth));
@@ -345,6 +348,7 @@ EngineRun run_engine(const PlanInput& in, int shard_ranks) {
   c.gradient_accumulation_steps = std::min<std::int64_t>(in.gradient_accumulation_steps, 2);
   c.zero.overlap_comm = in.overlap_comm;
   c.zero.reduce_bucket_size = in.reduce_bucket_size;
+  c.zero.allgather_bucket_size = in.allgather_bucket_size;
   c.zero.stage3_prefetch_bucket_size = in.prefetch_bucket_size;
   c.zero.stage3_max_live_parameters = in.max_live_parameters;
   c.zero.stage3_param_persistence_threshold = in.param_persistence_threshold;

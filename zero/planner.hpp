@@ -74,6 +74,7 @@ struct PlanInput {
   bool overlap_comm = false;
   std::int64_t align_elements = 64;
   std::int64_t reduce_bucket_size = 500'000'000;          // elements
+  std::int64_t allgather_bucket_size = 500'000'000;       // elements (stages 1-2, after the step)
   std::int64_t prefetch_bucket_size = 50'000'000;         // elements (stage3_prefetch_bucket_size)
   std::int64_t max_live_parameters = 1'000'000'000;       // elements (stage3_max_live_parameters)
   std::int64_t param_persistence_threshold = 100'000;     // elements (stage 3)

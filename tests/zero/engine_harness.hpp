@@ -27,6 +27,7 @@ struct RunSpec {
   // the learning rate (param_groups [{"params": ["*.bias"], "weight_decay": 0, "lr_scale": 0.5}]).
   bool bias_group = false;
   std::int64_t reduce_bucket = 0;           // reduce_bucket_size in elements (0: the default)
+  std::int64_t allgather_bucket = 0;        // allgather_bucket_size in elements (0: the default)
   models::MlpShape shape{3, 24, 48, 7};     // layers, width, global batch, seed
 };
 
@@ -54,6 +55,7 @@ inline Config make_config(const RunSpec& s) {
   c.optimizer.bias_correction = s.bias_correction;
   c.zero.overlap_comm = s.overlap;
   if (s.reduce_bucket > 0) c.zero.reduce_bucket_size = s.reduce_bucket;
+  if (s.allgather_bucket > 0) c.zero.allgather_bucket_size = s.allgather_bucket;
   c.zero.stage3_param_persistence_threshold = s.persistence_threshold;
   if (s.bias_group) c.param_groups.push_back({{"*.bias"}, 0.0, 0.5});
   return c;

@@ -115,17 +115,15 @@ TEST_CASE("A DeepSpeed user's stage-3 config file parses with every field as wri
   CHECK(c.zero.stage3_max_reuse_distance == 1'000'000'000);
   CHECK(c.zero.offload_optimizer_device == zero::OffloadDevice::none);
   CHECK(c.zero.zero_hpz_partition_size == 8);
+  CHECK(c.zero.reduce_bucket_size == 500'000'000);
+  CHECK(c.zero.allgather_bucket_size == 200'000'000);
   // The DeepSpeed settings zero does not act on, each reported once. wall_clock_breakdown false,
-  // contiguous_gradients true, sub_group_size 1e9 and reduce_bucket_size 5e8 are what zero does
-  // anyway: no warning.
-  REQUIRE(c.warnings.size() == 3);
+  // contiguous_gradients true and sub_group_size 1e9 are what zero does anyway: no warning.
+  REQUIRE(c.warnings.size() == 2);
   CHECK(c.warnings[0] ==
         "zero_optimization.stage3_gather_16bit_weights_on_model_save is "
         "accepted for compatibility and has no effect: zero does not save models");
   CHECK(c.warnings[1] ==
-        "zero_optimization.allgather_bucket_size 200000000 has no effect: zero all-gathers one "
-        "unit's parameters at a time");
-  CHECK(c.warnings[2] ==
         "zero_optimization.zero_hpz_partition_size 8 has no effect: zero shards over all ranks "
         "and gathers from all of them");
 }

@@ -184,6 +184,8 @@ const std::vector<Row>& rows() {
        [](Config& c) { c.zero.overlap_comm = true; }},
       {"zero_optimization.reduce_bucket_size", [](Config& c) { c.zero.stage = 2; },
        [](Config& c) { c.zero.reduce_bucket_size = 1; }},
+      {"zero_optimization.allgather_bucket_size", [](Config& c) { c.zero.stage = 2; },
+       [](Config& c) { c.zero.allgather_bucket_size = 1; }},
       {"zero_optimization.stage3_prefetch_bucket_size", stage3,
        [](Config& c) { c.zero.stage3_prefetch_bucket_size = 0; }},
       {"zero_optimization.stage3_param_persistence_threshold", stage3,

@@ -211,22 +211,21 @@ TEST_CASE("A key set to the value at which DeepSpeed does what zero does needs n
                            "tensorboard is accepted for compatibility and has no effect"});
 }
 
-TEST_CASE("reduce_bucket_size acts; the all-gather bucket and the reuse distance warn what zero does instead") {
+TEST_CASE("The bucket sizes act; 0 keeps their default and the reuse distance warns what zero does instead") {
   CHECK(parse(R"({"zero_optimization": {"stage": 2, "reduce_bucket_size": 2e5}})").warnings.empty());
   CHECK(parse(R"({"zero_optimization": {"stage": 2, "reduce_bucket_size": 2e5}})")
             .zero.reduce_bucket_size == 200'000);
+  CHECK(parse(R"({"zero_optimization": {"stage": 2, "allgather_bucket_size": 7e6}})")
+            .zero.allgather_bucket_size == 7'000'000);
   const Config c = parse(R"({"zero_optimization": {"stage": 3, "reduce_bucket_size": 0,
-    "allgather_bucket_size": 7000000, "stage3_max_reuse_distance": 0}})");
+    "stage3_max_reuse_distance": 0}})");
   CHECK(c.warnings == std::vector<std::string>{
                           "zero_optimization.reduce_bucket_size 0 keeps the default, 500000000 "
                           "elements (a bucket holds whole units)",
-                          "zero_optimization.allgather_bucket_size 7000000 has no effect: zero "
-                          "all-gathers one unit's parameters at a time",
                           "zero_optimization.stage3_max_reuse_distance 0 has no effect: zero "
                           "releases a gathered unit after its use unless it is persistent or "
                           "prefetched"});
   CHECK(c.zero.reduce_bucket_size == zero::ZeroConfig{}.reduce_bucket_size);  // 0 kept default
-  CHECK(c.zero.allgather_bucket_size == 7'000'000);
 }
 
 TEST_CASE("bias_correction false is read, as DeepSpeed's FusedAdam takes it") {

@@ -39,11 +39,13 @@ TEST_CASE("Stages 0, 1, 2 and 3 give bitwise identical master weights after 20 s
   }
 }
 
-TEST_CASE("Stages 0-3 give bitwise the same weights at every reduce bucket size") {
+TEST_CASE("Stages 0-3 give bitwise the same weights at every reduce and all-gather bucket size") {
   // Five units of 600 parameters (640 or 768 padded): a bucket per unit, buckets of two and of
   // three or four units (with a one-unit bucket left over), and one bucket for the whole model
-  // (DeepSpeed's default, 5e8 elements). Every gradient element is still summed in rank order
-  // in fp32, so the weights cannot tell the buckets apart.
+  // (DeepSpeed's default, 5e8 elements), for the gradients' reduce-scatter and for the new
+  // params' all-gather after the step (stages 1-2; at stage 3 the persistent units). Every
+  // gradient element is still summed in rank order in fp32, so the weights cannot tell the
+  // buckets apart.
   auto w = world();
   for (std::int64_t accum : {1, 2}) {
     RunSpec spec;
@@ -57,7 +59,10 @@ TEST_CASE("Stages 0-3 give bitwise the same weights at every reduce bucket size"
         for (bool overlap : {false, true}) {
           spec.stage = stage;
           spec.reduce_bucket = bucket;
+          spec.allgather_bucket = bucket;
           spec.overlap = overlap;
+          // Stage 3 with overlap: every unit persistent, so the all-gather runs are exercised.
+          spec.persistence_threshold = stage == 3 && overlap ? 1'000'000 : 0;
           const auto r = run_mlp(*w, spec);
           INFO("ranks " << w->size() << ", stage " << stage << ", reduce_bucket_size " << bucket
                         << ", overlap " << overlap << ", accumulation " << accum);
@@ -66,8 +71,14 @@ TEST_CASE("Stages 0-3 give bitwise the same weights at every reduce bucket size"
           CHECK(r.losses == base.losses);
           // A collective per bucket per micro-batch: 5 buckets of one, 3 (2+2+1) or 2 (4+1 or
           // 3+2), and 1.
-          const std::int64_t per_micro_batch = r.stats.reduce_collectives / (spec.steps * accum);
-          CHECK(per_micro_batch == (bucket == 1 ? 5 : bucket == 1536 ? 3 : bucket == 3000 ? 2 : 1));
+          const std::int64_t buckets = bucket == 1 ? 5 : bucket == 1536 ? 3 : bucket == 3000 ? 2 : 1;
+          CHECK(r.stats.reduce_collectives == buckets * spec.steps * accum);
+          // The last step's all-gathers besides the step's two 16-byte agreements: stage 0's
+          // all-reduce of each bucket, or the new params' runs (the same sizes, in forward
+          // order) at stages 1-2 and for stage 3's persistent units.
+          const auto gathers = static_cast<std::int64_t>(r.per_step[comm::Op::all_gather].calls) - 2;
+          if (stage == 0) CHECK(gathers == buckets * accum);
+          if (stage == 1 || stage == 2 || spec.persistence_threshold > 0) CHECK(gathers == buckets);
         }
   }
 }

@@ -349,6 +349,7 @@ TEST_CASE("The engine's count of one step equals a replay of every call and micr
     // through device memory (tests/zero/test_engine_emulated.cpp checks that path exactly).
     in.device = false;
     in.reduce_bucket_size = 1;  // every unit a bucket of its own, as the reference reduces
+    in.allgather_bucket_size = 1;  // and all-gathers
     const Plan p = plan_memory(in);
     INFO("case " << c << ": " << nu << " units, ranks " << in.ranks << ", stage " << in.stage
                  << ", accumulation " << in.gradient_accumulation_steps << ", overlap "
