@@ -401,6 +401,8 @@ int cmd_plan(const Args& argv) {
   for (int s : stages) {
     in.stage = s;
     plans.push_back(plan_memory(in));
+    if (plans.size() == 1)
+      for (const auto& note : plans.front().notes) std::cerr << "zero plan: warning: " << note << '\n';
     if (budget) {
       fewest.push_back(fewest_ranks(in, *budget));
       largest.push_back(largest_model(in, *budget, int(in.units.size())));

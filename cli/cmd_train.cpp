@@ -80,7 +80,7 @@ struct Flags {
   std::string model = "mlp", precision, reduce, config_file, json_file, device = "auto", seed;
   int ranks = 1, stage = 0;
   std::int64_t steps = 20, accum = 1, global_batch = 64, micro_batch = 1, log_every = 1;
-  std::int64_t reduce_bucket = 0;
+  std::int64_t reduce_bucket = 0, allgather_bucket = 0;
   int layers = 4, width = 512;
   double lr = 0, clip = 0, timeout = 600;
 };
@@ -139,6 +139,8 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
   if (vm.count("micro-batch")) require_at_least("--micro-batch", f.micro_batch, 1);
   if (vm.count("accum")) require_at_least("--accum", f.accum, 1);
   if (vm.count("reduce-bucket-size")) require_at_least("--reduce-bucket-size", f.reduce_bucket, 1);
+  if (vm.count("allgather-bucket-size"))
+    require_at_least("--allgather-bucket-size", f.allgather_bucket, 1);
   if (vm.count("lr")) require_finite_nonneg("--lr", f.lr);
   if (vm.count("clip")) require_finite_nonneg("--clip", f.clip);
   if (vm.count("timeout") &&
@@ -225,6 +227,7 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   if (vm.count("clip")) config.gradient_clipping = f.clip;
   if (vm.count("overlap")) config.zero.overlap_comm = true;
   if (vm.count("reduce-bucket-size")) config.zero.reduce_bucket_size = f.reduce_bucket;
+  if (vm.count("allgather-bucket-size")) config.zero.allgather_bucket_size = f.allgather_bucket;
   if (vm.count("timeout")) config.comm_timeout_seconds = f.timeout;
   // Batch sizes: a flag sets its key as if the config had given it (DeepSpeed's rule then
   // derives the rest); with none given anywhere, zero train's global batch of 64.
@@ -293,6 +296,9 @@ int cmd_train(const Args& argv) {
       ("reduce-bucket-size", po::value(&f.reduce_bucket),
        "gradient elements reduced per collective, whole units (zero_optimization."
        "reduce_bucket_size; default 5e8, or the config's)")
+      ("allgather-bucket-size", po::value(&f.allgather_bucket),
+       "new-param elements all-gathered per collective after the step, stages 1-2 (zero_"
+       "optimization.allgather_bucket_size; default 5e8, or the config's)")
       ("timeout", po::value(&f.timeout),
        "seconds a collective may make no progress before the job fails (default: the config's "
        "comm_timeout, 600)")

@@ -77,35 +77,24 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
       backend(make_backend(options, w)),
       allocators(allocators_of(*backend)),
       ledger(std::move(allocators.host), std::move(allocators.device)) {
-  if (config.zero.stage < 0 || config.zero.stage > 3)
-    throw Error(cat("expected 0..3, got ", config.zero.stage), {.key = "zero_optimization.stage"});
-  if (config.gradient_accumulation_steps < 1)
-    throw Error(cat("expected >= 1, got ", config.gradient_accumulation_steps),
-                {.key = "gradient_accumulation_steps"});
   config.validate_world(w.size());
-  policy = kStagePolicy[config.zero.stage];
   rank = w.rank();
   ranks = w.size();
-  work_dtype = working_dtype(config.precision);
-  reduce_dtype = zero::reduce_dtype(config.precision, config.communication_data_type);
-  if (reduce_dtype != DType::f32 && reduce_dtype != work_dtype)
-    throw Error(cat("expected fp32 or the training dtype (", name_of(work_dtype), "), got ",
-                    name_of(reduce_dtype)),
-                {.key = "communication_data_type"});
-  accumulation = config.gradient_accumulation_steps;
+  settings = resolve_settings(config, ranks, options.align_elements);
+  policy = settings.policy;
+  work_dtype = settings.work_dtype;
+  reduce_dtype = settings.reduce_dtype;
+  accumulation = settings.accumulation;
+  params_alias_master = settings.params_alias_master;
+  reduced_aliases_grads = settings.reduced_aliases_grads;
   if (config.max_consecutive_skipped_steps < 0)
     throw Error(cat("expected >= 0 (0: never stop), got ", config.max_consecutive_skipped_steps),
                 {.key = "max_consecutive_skipped_steps"});
   if (!options.log)
     options.log = [](const std::string& line) { std::cerr << line << '\n'; };
+  for (const std::string& note : settings.notes) log("warning: " + note);  // once, rank 0
 
-  LayoutOptions lo;
-  lo.shard_ranks = ranks;
-  lo.align_elements = options.align_elements;
-  lo.persistence_threshold =
-      config.zero.stage == 3 ? config.zero.stage3_param_persistence_threshold : 0;
-  lo.bucket_elements = config.zero.reduce_bucket_size;
-  layout = make_layout(specs, lo);
+  layout = make_layout(specs, settings.layout);
   check_same_layout(*this);
   update_segments = zero::update_segments(layout, param_groups_of(layout, config.param_groups),
                                           policy.shard_optimizer, rank);
@@ -117,7 +106,6 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
   exp_avg_sq = alloc(Category::optimizer_v, bytes(state_n, DType::f32));
 
   units.resize(nu);
-  params_alias_master = work_dtype == DType::f32 && (!policy.shard_optimizer || policy.shard_params);
   if (policy.shard_params) {
     if (!params_alias_master)
       params_shard = alloc(Category::params, bytes(layout.shard_numel, work_dtype));
@@ -139,11 +127,10 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
   // lands in the gradient buffer itself. Stages 2-3 count their shard as the ZeRO "grads" term;
   // at stage 1 the full gradient buffer is that term and the shard is a buffer.
   if (policy.gather_grads) {
-    reduced_aliases_grads = reduce_dtype == work_dtype;
     if (!reduced_aliases_grads)
       reduced = alloc(Category::reduced_grads, bytes(layout.padded_numel, reduce_dtype));
   } else {
-    reduced = alloc(policy.shard_grads ? Category::grads : Category::reduced_grads,
+    reduced = alloc(policy.reduced_shard_is_buffer() ? Category::reduced_grads : Category::grads,
                     bytes(layout.shard_numel, reduce_dtype));
   }
   if (accumulation > 1)
@@ -157,7 +144,7 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
     if (!gathers_params(u)) continue;
     const std::int64_t n = layout.units[u].padded_numel;
     if (!param_gather_runs.empty() && param_gather_runs.back().last + 1 == u &&
-        run_size + n <= config.zero.allgather_bucket_size) {
+        run_size + n <= settings.allgather_bucket) {
       param_gather_runs.back().last = u;
       run_size += n;
     } else {
@@ -318,7 +305,7 @@ void Engine::Impl::issue_reduction(int first, int last, Allocation input, const 
   // With overlap_comm this reduction runs while the trainer computes the next units; the one
   // before it is finished now, so at most one is in flight (and stages 2-3 hold at most one
   // bucket's gradients besides the unit being computed). Without overlap: finished here.
-  while (in_flight.size() > (config.zero.overlap_comm ? 1u : 0u)) finish_oldest_reduction();
+  while (in_flight.size() > (settings.overlap ? 1u : 0u)) finish_oldest_reduction();
   stats.max_reductions_in_flight =
       std::max(stats.max_reductions_in_flight, static_cast<int>(in_flight.size()));
 }
@@ -548,9 +535,9 @@ void Engine::init_params(const std::function<void(int, std::span<float>)>& fill)
     const int ui = static_cast<int>(u);
     const float* src = master + s.state_offset(ui);
     // (fp32 params that are the master buffer: the store copies nothing, dst being src.)
-    if (!s.policy.shard_optimizer) {
+    if (s.policy.after_step == ParamsAfterStep::update_full) {
       s.store(slice(s.full_params(), s.work_dtype, U.offset, U.padded_numel), src);
-    } else if (s.policy.shard_params && !U.persistent) {
+    } else if (!s.gathers_params(ui)) {
       s.store(slice(s.shard_params(), s.work_dtype, U.shard_offset, U.shard_numel), src);
     } else {
       Allocation tmp = s.alloc(Category::buckets, bytes(U.shard_numel, s.work_dtype));
@@ -599,12 +586,12 @@ void Engine::Impl::prefetch_after(int u) {
   w.dir = d;
   w.valid = true;
   if (units[u].state == UnitState::sharded) issue_gather(u);
-  const std::int64_t limit = config.zero.stage3_prefetch_bucket_size;
+  const std::int64_t limit = settings.prefetch_window;
   const auto nu = static_cast<int>(layout.units.size());
   for (int v = w.front + d; v >= 0 && v < nu; v += d) {
     if (!persistent(v) && units[v].state == UnitState::sharded) {
       if (w.ahead + padded(v) > limit ||
-          live_elements + padded(v) > config.zero.stage3_max_live_parameters)
+          live_elements + padded(v) > settings.max_live)
         break;
       issue_gather(v);
     }

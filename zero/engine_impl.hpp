@@ -13,6 +13,7 @@
 #include "zero/backend.hpp"
 #include "zero/engine.hpp"
 #include "zero/param_groups.hpp"
+#include "zero/settings.hpp"
 #include "zero/stage_policy.hpp"
 
 namespace zero {
@@ -126,6 +127,8 @@ struct Engine::Impl {
   Config config;
   comm::Communicator& world;
   EngineOptions options;
+  Settings settings;                 // the config resolved once (zero/settings.hpp); below, the
+                                     // values the engine reads most, copied from it
   StagePolicy policy;
   Layout layout;
   int rank = 0;
@@ -222,7 +225,8 @@ struct Engine::Impl {
   // rank's shards of the run, in unit order), into each unit's full params.
   void all_gather_run(const Run& run, const Slice& shards);
   bool gathers_params(int u) const {  // after the step: through an all-gather
-    return policy.shard_optimizer && (!policy.shard_params || layout.units[u].persistent);
+    return policy.after_step == ParamsAfterStep::all_gather ||
+           (policy.after_step == ParamsAfterStep::update_shard && layout.units[u].persistent);
   }
   void prefetch_after(int u);          // stage 3: gathers ahead of u in the direction of travel
   void record_comm_scratch();          // counts the communicator's staging growth in the ledger

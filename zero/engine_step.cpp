@@ -256,7 +256,7 @@ StepReport Engine::step() {
   for (int u = 0; u < nu; ++u) {
     const auto& U = s.layout.units[u];
     const std::int64_t off = s.state_offset(u);
-    if (!s.policy.shard_optimizer) {
+    if (s.policy.after_step == ParamsAfterStep::update_full) {
       update(u, off, grad_f32(u), slice(s.full_params(), s.work_dtype, U.offset, U.padded_numel));
     } else if (!s.gathers_params(u)) {
       update(u, off, grad_f32(u), slice(s.shard_params(), s.work_dtype, U.shard_offset, U.shard_numel));

@@ -15,6 +15,7 @@
 
 #include "comm/counting_communicator.hpp"
 #include "zero/engine.hpp"
+#include "zero/settings.hpp"
 #include "zero/error.hpp"
 #include "zero/stage_policy.hpp"
 
@@ -268,7 +269,7 @@ void validate(const PlanInput& in) {
   if (in.comm_chunk_bytes < 1 || in.comm_pipeline_depth < 1)
     throw Error(cat("comm staging: expected chunk bytes and pipeline depth >= 1, got ",
                     in.comm_chunk_bytes, " and ", in.comm_pipeline_depth));
-  if (in.offload == Offload::cpu && in.stage == 0)
+  if (in.offload == Offload::cpu && !kStagePolicy[in.stage].shard_optimizer)
     throw Error("optimizer offload needs stage 1, 2 or 3 (stage 0 keeps the full optimizer state "
                 "on every rank)");
   if (in.units.empty()) throw Error("the model has no units");
@@ -340,18 +341,24 @@ struct EngineRun {
   std::int64_t step_transient = 0;  // the second step's peak less base, activations, staging
 };
 
-EngineRun run_engine(const PlanInput& in, int shard_ranks) {
+// The Config a PlanInput describes (what the engine and resolve_settings read).
+Config config_of(const PlanInput& in) {
   Config c;
   c.zero.stage = in.stage;
   c.precision = in.precision;
   c.communication_data_type = in.reduce_dtype;
-  c.gradient_accumulation_steps = std::min<std::int64_t>(in.gradient_accumulation_steps, 2);
+  c.gradient_accumulation_steps = in.gradient_accumulation_steps;
   c.zero.overlap_comm = in.overlap_comm;
   c.zero.reduce_bucket_size = in.reduce_bucket_size;
   c.zero.allgather_bucket_size = in.allgather_bucket_size;
   c.zero.stage3_prefetch_bucket_size = in.prefetch_bucket_size;
   c.zero.stage3_max_live_parameters = in.max_live_parameters;
   c.zero.stage3_param_persistence_threshold = in.param_persistence_threshold;
+  return c;
+}
+
+EngineRun run_engine(const PlanInput& in, Config c, int shard_ranks) {
+  c.gradient_accumulation_steps = std::min<std::int64_t>(c.gradient_accumulation_steps, 2);
   EngineOptions o;
   o.count_only = true;
   o.memory = in.device ? comm::Memory::device : comm::Memory::host;
@@ -402,30 +409,28 @@ EngineRun run_engine(const PlanInput& in, int shard_ranks) {
 
 Plan plan_memory(const PlanInput& in) {
   validate(in);
-  const DType wd = working_dtype(in.precision);
-  const DType rd = reduce_dtype(in.precision, in.reduce_dtype);
-  if (rd != DType::f32 && rd != wd)
-    throw Error(cat("reduce dtype: expected fp32 or the training dtype (", name_of(wd), "), got ",
-                    name_of(rd)));
-
-  const StagePolicy pol = kStagePolicy[in.stage];
   const int S = in.shard_size > 0 ? in.shard_size : in.ranks;
-  LayoutOptions lo;
-  lo.shard_ranks = S;
-  lo.align_elements = in.align_elements;
-  lo.persistence_threshold = in.stage == 3 ? in.param_persistence_threshold : 0;
-  lo.bucket_elements = in.reduce_bucket_size;
+  const Config config = config_of(in);
+  Settings set;
+  try {
+    set = resolve_settings(config, S, in.align_elements);
+  } catch (const Error& e) {  // validate() checked the rest: this is PlanInput::reduce_dtype
+    throw Error(cat("reduce dtype: ", e.what()));
+  }
+  const DType wd = set.work_dtype, rd = set.reduce_dtype;
+  const StagePolicy pol = set.policy;
+  const LayoutOptions lo = set.layout;
   const Sizes L = lay_out(in.units, lo);
 
   const std::int64_t w = static_cast<std::int64_t>(size_of(wd)), r = static_cast<std::int64_t>(size_of(rd));
   const std::int64_t P = L.padded_numel, Sh = L.shard_numel;
   const std::int64_t state = pol.shard_optimizer ? Sh : P;
-  const bool fp32 = in.precision == Precision::fp32;
   const bool offload = in.offload == Offload::cpu;
   const Checked ck{cat("stage ", in.stage, ", ", in.ranks, in.ranks == 1 ? " rank, " : " ranks, ",
                        with_commas(L.numel), " params")};
 
   Plan plan;
+  plan.notes = set.notes;
   plan.stage = in.stage;
   plan.ranks = in.ranks;
   plan.shard_size = S;
@@ -464,7 +469,7 @@ Plan plan_memory(const PlanInput& in) {
   std::int64_t persistent_full = 0;
   for (const auto& U : L.units)
     if (U.persistent) persistent_full += U.padded_numel;
-  const bool params_alias_master = fp32 && !offload && (in.stage == 0 || in.stage == 3);
+  const bool params_alias_master = set.params_alias_master && !offload;
   if (!pol.shard_params) {
     if (params_alias_master)
       term("params", "fp32 params (are the master weights)", "0 (no copy)", 0);
@@ -515,7 +520,7 @@ Plan plan_memory(const PlanInput& in) {
   if (pol.gather_grads && rd != wd)
     buffer("fp32 reduced grads (full, stage 0 all-reduce result)",
            cat(r, " B x Ψp = ", r, " x ", Ps), bytes(r, P, "the reduced grads"));
-  if (in.stage == 1)
+  if (pol.reduced_shard_is_buffer())
     buffer(rn + " reduced grad shard" + std::string(offload ? " (offloaded, fp32)" : ""),
            cat(offload ? 4 : r, " B x Ψs = ", offload ? 4 : r, " x ", Ss),
            bytes(offload ? 4 : r, Sh, "the reduced grad shard"), offload);
@@ -529,7 +534,7 @@ Plan plan_memory(const PlanInput& in) {
   // persistent terms above; what the engine computes on the device around them is the same.
   EngineRun run;
   try {
-    run = run_engine(in, S);
+    run = run_engine(in, config, S);
   } catch (const LedgerOverflow&) {
     ck.fail("the engine's buffers with the activations");
   }

@@ -125,6 +125,8 @@ struct Plan {
                                          // units, grads and buckets in flight, scratch) hold at
                                          // once, in the engine's counting run
   std::vector<PlanTerm> terms;      // every term, in report order
+  std::vector<std::string> notes;   // settings the input asked for that the run overrides, one
+                                    // sentence each (zero::resolve_settings), for the caller to say
 };
 
 // The plan for input.stage. Throws zero::Error on bad input (naming the field).

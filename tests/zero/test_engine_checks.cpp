@@ -402,3 +402,32 @@ TEST_CASE("bias_correction false trains as DeepSpeed's FusedAdam with bias_corre
   corrected.bias_correction = true;
   CHECK(zero::testing::max_rel_diff(r.master, zero::testing::reference_fp64(corrected)) > 1e-2);
 }
+
+TEST_CASE("An fp32 run asked to reduce in bf16 reduces in fp32 and says so once, on rank 0") {
+  auto w = world();
+  Config c;
+  c.precision = Precision::fp32;
+  c.communication_data_type = DType::bf16;
+  std::vector<std::string> lines;
+  EngineOptions o;
+  o.log = [&](const std::string& line) { lines.push_back(line); };
+  Engine e(c, *w, {UnitSpec{"a", {ParamSpec{"a.w", {64}}}}}, o);
+  if (w->rank() == 0) {
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0] == "warning: communication_data_type bf16 has no effect with fp32 training: "
+                      "gradients are reduced in fp32");
+  } else {
+    CHECK(lines.empty());
+  }
+  // And it does: the gradient's reduce-scatter moves fp32 (4 bytes an element on the wire).
+  e.init_params([](int, std::span<float> x) { std::fill(x.begin(), x.end(), 0.25f); });
+  e.reset_comm_accounting();
+  e.grad(0);
+  e.reduce_grads(0);
+  e.step();
+  CHECK(e.comm_accounting()[comm::Op::reduce_scatter].payload_bytes == 4 * 64 * std::uint64_t(w->size()));
+  lines.clear();
+  c.communication_data_type = DType::f32;
+  Engine quiet(c, *w, {UnitSpec{"a", {ParamSpec{"a.w", {64}}}}}, o);
+  CHECK(lines.empty());
+}

@@ -1,0 +1,42 @@
+// resolve_settings (zero/settings.hpp).
+#include "zero/settings.hpp"
+
+#include "zero/error.hpp"
+
+namespace zero {
+
+Settings resolve_settings(const Config& c, int shard_ranks, std::int64_t align_elements) {
+  Settings s;
+  if (c.zero.stage < 0 || c.zero.stage > 3)
+    throw Error(cat("expected 0..3, got ", c.zero.stage), {.key = "zero_optimization.stage"});
+  if (c.gradient_accumulation_steps < 1)
+    throw Error(cat("expected >= 1, got ", c.gradient_accumulation_steps),
+                {.key = "gradient_accumulation_steps"});
+  s.stage = c.zero.stage;
+  s.policy = kStagePolicy[s.stage];
+  s.precision = c.precision;
+  s.work_dtype = working_dtype(c.precision);
+  s.reduce_dtype = reduce_dtype(c.precision, c.communication_data_type);
+  if (s.reduce_dtype != DType::f32 && s.reduce_dtype != s.work_dtype)
+    throw Error(cat("expected fp32 or the training dtype (", name_of(s.work_dtype), "), got ",
+                    name_of(s.reduce_dtype)),
+                {.key = "communication_data_type"});
+  if (s.reduce_dtype != c.communication_data_type)
+    s.notes.push_back(cat("communication_data_type ", name_of(c.communication_data_type),
+                          " has no effect with fp32 training: gradients are reduced in fp32"));
+  s.params_alias_master = s.work_dtype == DType::f32 && s.policy.after_step != ParamsAfterStep::all_gather;
+  s.reduced_aliases_grads = s.policy.gather_grads && s.reduce_dtype == s.work_dtype;
+  s.accumulation = c.gradient_accumulation_steps;
+  s.overlap = c.zero.overlap_comm;
+  s.layout.shard_ranks = shard_ranks;
+  s.layout.align_elements = align_elements;
+  s.layout.persistence_threshold =
+      s.policy.shard_params ? c.zero.stage3_param_persistence_threshold : 0;
+  s.layout.bucket_elements = c.zero.reduce_bucket_size;
+  s.allgather_bucket = c.zero.allgather_bucket_size;
+  s.prefetch_window = c.zero.stage3_prefetch_bucket_size;
+  s.max_live = c.zero.stage3_max_live_parameters;
+  return s;
+}
+
+}  // namespace zero
