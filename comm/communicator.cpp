@@ -61,6 +61,13 @@ void Handle::wait() {
   s->wait();
 }
 
+Communicator::Groups Communicator::split_groups(int shard_size) {
+  Groups g;
+  g.shard = split(rank() / shard_size, rank());
+  g.replicate = split(rank() % shard_size, rank());
+  return g;
+}
+
 bool Handle::test() {
   return !state_ || state_->test();
 }

@@ -183,6 +183,16 @@ class Communicator {
   // passing a negative color takes part but gets nullptr.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
+  // Hierarchical sharding's two groups (HSDP, MiCS): the shard group of `shard_size`
+  // consecutive ranks that share one copy of the sharded state (ranks g*G .. g*G + G - 1, rank
+  // r at position r % G), and the replicate group of the ranks at the same position in every
+  // shard group (r % G, ordered by group). Collective over this communicator; shard_size must
+  // divide size(). The default splits twice; a communicator that cannot split models them.
+  struct Groups {
+    std::unique_ptr<Communicator> shard, replicate;
+  };
+  virtual Groups split_groups(int shard_size);
+
   // A snapshot (the communication thread updates the counters as operations complete).
   virtual Accounting accounting() const = 0;
   virtual void reset_accounting() = 0;

@@ -56,6 +56,18 @@ class CountingCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int, int) override {
     throw Error("a counting communicator cannot split: which ranks share a color is not known");
   }
+  // Both groups are known from the layout of the ranks: counting communicators of their sizes.
+  Groups split_groups(int shard_size) override {
+    if (shard_size < 1 || size_ % shard_size != 0)
+      throw Error(cat("counting communicator: a shard group of ", shard_size, " does not divide ",
+                      size_, " ranks"));
+    Groups g;
+    g.shard = std::make_unique<CountingCommunicator>(shard_size, rank_ % shard_size, memory_,
+                                                     staging_, options_);
+    g.replicate = std::make_unique<CountingCommunicator>(size_ / shard_size, rank_ / shard_size,
+                                                         memory_, staging_, options_);
+    return g;
+  }
 
   Accounting accounting() const override { return accounting_; }
   void reset_accounting() override { accounting_ = {}; }

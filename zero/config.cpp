@@ -231,6 +231,7 @@ std::string to_json(const Config& c) {
   inert("stage3_max_reuse_distance", z.stage3_max_reuse_distance,
         defaults.stage3_max_reuse_distance);
   inert("zero_hpz_partition_size", z.zero_hpz_partition_size, defaults.zero_hpz_partition_size);
+  if (z.mics_shard_size != defaults.mics_shard_size) zo["mics_shard_size"] = z.mics_shard_size;
   auto stage3 = [&](std::string_view key, auto value, auto default_value) {
     if (z.stage == 3 || value != default_value) zo[key] = value;
   };

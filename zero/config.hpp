@@ -101,6 +101,10 @@ struct ZeroConfig {
   std::int64_t stage3_max_reuse_distance = 1'000'000'000;        // keep if reused within this
   OffloadDevice offload_optimizer_device = OffloadDevice::none;  // only none is accepted
   int zero_hpz_partition_size = 1;  // ranks of the secondary (in-node) shard group; 1 = off
+  // Hierarchical sharding (DeepSpeed's MiCS key, FSDP2's HSDP): the states are sharded over
+  // shard groups of this many consecutive ranks and replicated across the groups; -1 (or 0):
+  // one group of every rank (flat ZeRO).
+  int mics_shard_size = -1;
   friend bool operator==(const ZeroConfig&, const ZeroConfig&) = default;
 };
 

@@ -50,6 +50,10 @@ void Config::validate_world(int world) const {
   if (world % zero.zero_hpz_partition_size != 0)
     throw Error(cat(zero.zero_hpz_partition_size, " does not divide the world size ", world),
                 at_key("zero_optimization.zero_hpz_partition_size"));
+  if (zero.mics_shard_size > 0 && world % zero.mics_shard_size != 0)
+    throw Error(cat(zero.mics_shard_size, " does not divide the world size ", world,
+                    ": shard groups must tile the ranks"),
+                at_key("zero_optimization.mics_shard_size"));
 }
 
 // DeepSpeed's _set_batch_related_parameters, with its floor divisions made exact (DeepSpeed's

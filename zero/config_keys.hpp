@@ -104,7 +104,6 @@ inline constexpr Inert kZeroInert[] = {
     {"zero_quantized_nontrainable_weights", {}, "false"},
     {"zero_quantized_gradients", "gradients are reduced unquantized", "false"},
     {"zeropp_loco_param"},
-    {"mics_shard_size", {}, "-1"},
     {"mics_hierarchical_params_gather", {}, "false"},
     {"memory_efficient_linear", {}, "*"},
     {"pipeline_loading_checkpoint", {}, "false"},

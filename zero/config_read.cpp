@@ -270,7 +270,8 @@ void read_zero(const ObjectReader& top, ZeroConfig& z) {
                    {"stage", "overlap_comm", "reduce_bucket_size", "allgather_bucket_size",
                     "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
                     "stage3_max_live_parameters", "stage3_max_reuse_distance", "offload_optimizer",
-                    "offload_param", "zero_hpz_partition_size", "cpu_offload", "cpu_offload_param"},
+                    "offload_param", "zero_hpz_partition_size", "mics_shard_size", "cpu_offload",
+                    "cpu_offload_param"},
                    detail::kZeroInert, top.log());
     s.integer("stage", z.stage, 0, 3);
     bool o = false;
@@ -306,6 +307,10 @@ void read_zero(const ObjectReader& top, ZeroConfig& z) {
     read_inert_size(s, "stage3_max_reuse_distance", z.stage3_max_reuse_distance,
                     "zero releases a gathered unit after its use unless it is persistent or "
                     "prefetched");
+    // Acts: shard groups of this many ranks (the world must be a multiple: validate_world).
+    // DeepSpeed's -1 (and 0) mean no groups.
+    if (std::int64_t mics = -1; s.integer("mics_shard_size", mics, -1, kIntMax))
+      z.mics_shard_size = mics <= 0 ? -1 : static_cast<int>(mics);
     std::int64_t hpz = 1;
     if (s.integer("zero_hpz_partition_size", hpz, 0, kIntMax)) {
       // DeepSpeed reads 0 and 1 alike: no secondary group.

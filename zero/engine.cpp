@@ -81,6 +81,15 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
   rank = w.rank();
   ranks = w.size();
   settings = resolve_settings(config, ranks, options.align_elements);
+  if (settings.replicas > 1) {
+    groups = world.split_groups(settings.shard_size);
+    shard = groups.shard.get();
+    replicate = groups.replicate.get();
+  } else {
+    shard = &world;
+  }
+  shard_rank = shard->rank();
+  shard_ranks = shard->size();
   policy = settings.policy;
   work_dtype = settings.work_dtype;
   reduce_dtype = settings.reduce_dtype;
@@ -97,7 +106,7 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
   layout = make_layout(specs, settings.layout);
   check_same_layout(*this);
   update_segments = zero::update_segments(layout, param_groups_of(layout, config.param_groups),
-                                          policy.shard_optimizer, rank);
+                                          policy.shard_optimizer, shard_rank);
 
   const auto nu = static_cast<std::size_t>(layout.units.size());
   const std::int64_t state_n = policy.shard_optimizer ? layout.shard_numel : layout.padded_numel;
@@ -175,7 +184,7 @@ std::int64_t Engine::Impl::reduced_offset(int u) const {
   return policy.gather_grads ? layout.units[u].offset : layout.units[u].shard_offset;
 }
 std::int64_t Engine::Impl::own_shard_offset(int u) const {
-  return policy.gather_grads ? layout.units[u].offset + layout.units[u].shard_range(rank).begin
+  return policy.gather_grads ? layout.units[u].offset + layout.units[u].shard_range(shard_rank).begin
                              : layout.units[u].shard_offset;
 }
 
@@ -245,17 +254,17 @@ void Engine::Impl::bucket_arrived(int u, const Slice& g) {
   const PackedRun packed{layout, b.units.back(), b.units.front()};
   BucketFill& fill = buckets[U.bucket];
   if (fill.packed.empty())
-    fill.packed = alloc(Category::buckets, bytes(ranks * packed.shard(), work_dtype));
+    fill.packed = alloc(Category::buckets, bytes(shard_ranks * packed.shard(), work_dtype));
   {
     const ScopeTimer t = waiting();  // packing for the collective is communication work
-    packed.copy(*backend, ranks, work_dtype, static_cast<std::byte*>(fill.packed.data()), u, u,
+    packed.copy(*backend, shard_ranks, work_dtype, static_cast<std::byte*>(fill.packed.data()), u, u,
                 [&](int) { return static_cast<std::byte*>(g.data); }, true);
   }
   run.grads.reset();
   if (++fill.arrived < static_cast<int>(b.units.size())) return;
   fill.arrived = 0;
   Allocation input = std::move(fill.packed);
-  const Slice in = slice(input, work_dtype, 0, ranks * packed.shard());
+  const Slice in = slice(input, work_dtype, 0, shard_ranks * packed.shard());
   issue_reduction(packed.first, packed.last, std::move(input), in);
 }
 
@@ -277,21 +286,30 @@ void Engine::Impl::issue_reduction(int first, int last, Allocation input, const 
       // into the unit's full buffer (one unit) or into a packed buffer unpacked when it is done.
       r.block = alloc(Category::buckets, bytes(shard, reduce_dtype));
       const Slice block = slice(r.block, reduce_dtype, 0, shard);
-      r.handles.push_back(world.reduce_scatter_async(in.cview(), block.view(), op));
+      r.handles.push_back(this->shard->reduce_scatter_async(in.cview(), block.view(), op));
       const auto& F = layout.units[first];
+      Slice full;
       if (first == last) {
-        const Slice full = reduced_aliases_grads
-                               ? slice(grads_full, work_dtype, F.offset, F.padded_numel)
-                               : slice(reduced, reduce_dtype, F.offset, F.padded_numel);
-        r.handles.push_back(world.all_gather_async(block.cview(), full.view()));
+        full = reduced_aliases_grads ? slice(grads_full, work_dtype, F.offset, F.padded_numel)
+                                     : slice(reduced, reduce_dtype, F.offset, F.padded_numel);
       } else {
-        r.packed_out = alloc(Category::buckets, bytes(ranks * shard, reduce_dtype));
-        r.handles.push_back(world.all_gather_async(
-            block.cview(), slice(r.packed_out, reduce_dtype, 0, ranks * shard).view()));
+        r.packed_out = alloc(Category::buckets, bytes(shard_ranks * shard, reduce_dtype));
+        full = slice(r.packed_out, reduce_dtype, 0, shard_ranks * shard);
+      }
+      if (replicate) {  // the all-gather waits for the replicas' all-reduce (at finish)
+        r.replicate_pending = true;
+        r.reduced_region = block.view();
+        r.gather_to = full.view();
+      } else {
+        r.handles.push_back(this->shard->all_gather_async(block.cview(), full.view()));
       }
     } else {
       const Slice out = slice(reduced, reduce_dtype, layout.units[first].shard_offset, shard);
-      r.handles.push_back(world.reduce_scatter_async(in.cview(), out.view(), op));
+      r.handles.push_back(this->shard->reduce_scatter_async(in.cview(), out.view(), op));
+      if (replicate) {
+        r.replicate_pending = true;
+        r.reduced_region = out.view();
+      }
     }
   }
   r.input = std::move(input);
@@ -322,6 +340,12 @@ void Engine::Impl::finish_oldest_reduction() {
                                       : cat("units ", r.first, "..", r.last, " (one bucket)"),
                     "]"));
   }
+  if (r.replicate_pending) {
+    // Hierarchical sharding: each shard group has reduced its ranks' gradients; sum the groups.
+    const ScopeTimer t = waiting();
+    replicate->all_reduce(r.reduced_region, comm::ReduceOp::sum);
+    if (policy.gather_grads) shard->all_gather(comm::ConstView(r.reduced_region), r.gather_to);
+  }
   // It ran behind the trainer's work if the trainer computed another unit since it was issued.
   if (trainer_calls > r.issued_at) ++stats.reductions_overlapped;
   record_comm_scratch();
@@ -331,7 +355,7 @@ void Engine::Impl::finish_oldest_reduction() {
     const DType dt = reduced_aliases_grads ? work_dtype : reduce_dtype;
     const Allocation& full = reduced_aliases_grads ? grads_full : reduced;
     const PackedRun run{layout, r.first, r.last};
-    run.copy(*backend, ranks, dt, static_cast<std::byte*>(r.packed_out.data()), r.first, r.last,
+    run.copy(*backend, shard_ranks, dt, static_cast<std::byte*>(r.packed_out.data()), r.first, r.last,
              [&](int u) {
                return static_cast<std::byte*>(full.data()) + bytes(layout.units[u].offset, dt);
              },
@@ -392,8 +416,10 @@ void Engine::Impl::all_gather_host(const void* in, void* out, std::size_t count,
 }
 
 void Engine::Impl::record_comm_scratch() {
-  // The communicator's staging only grows; count what it grew by since the last look.
-  const auto now = static_cast<std::int64_t>(world.scratch_bytes_peak());
+  // The communicators' staging only grows; count what it grew by since the last look.
+  auto now = static_cast<std::int64_t>(world.scratch_bytes_peak());
+  if (groups.shard) now += static_cast<std::int64_t>(groups.shard->scratch_bytes_peak());
+  if (groups.replicate) now += static_cast<std::int64_t>(groups.replicate->scratch_bytes_peak());
   if (now > comm_scratch_recorded) {
     ledger.record_external(Category::comm_staging, now - comm_scratch_recorded, world.memory());
     comm_scratch_recorded = now;
@@ -407,9 +433,9 @@ void Engine::Impl::issue_gather(int u) {
   // thread at once) are communication time.
   const ScopeTimer t = waiting();
   run.gathered = alloc(Category::gathered, bytes(U.padded_numel, work_dtype));
-  Slice shard = slice(shard_params(), work_dtype, U.shard_offset, U.shard_numel);
-  run.gather = world.all_gather_async(shard.cview(),
-                                      slice(run.gathered, work_dtype, 0, U.padded_numel).view());
+  const Slice shard_values = slice(shard_params(), work_dtype, U.shard_offset, U.shard_numel);
+  run.gather = this->shard->all_gather_async(
+      shard_values.cview(), slice(run.gathered, work_dtype, 0, U.padded_numel).view());
   run.state = UnitState::gathering;
   live_elements += U.padded_numel;
 }
@@ -431,7 +457,7 @@ void Engine::Impl::all_gather_params(int u, const Slice& shard_values) {
   Slice full = policy.shard_params ? slice(units[u].gathered, work_dtype, 0, U.padded_numel)
                                    : slice(full_params(), work_dtype, U.offset, U.padded_numel);
   const ScopeTimer t = waiting();
-  world.all_gather(shard_values.cview(), full.view());
+  shard->all_gather(shard_values.cview(), full.view());
 }
 
 void Engine::Impl::all_gather_run(const Run& run, const Slice& shards) {
@@ -440,12 +466,12 @@ void Engine::Impl::all_gather_run(const Run& run, const Slice& shards) {
     return;
   }
   const PackedRun packed{layout, run.first, run.last};
-  Allocation out = alloc(Category::buckets, bytes(ranks * packed.shard(), work_dtype));
+  Allocation out = alloc(Category::buckets, bytes(shard_ranks * packed.shard(), work_dtype));
   {
     const ScopeTimer t = waiting();
-    world.all_gather(shards.cview(), slice(out, work_dtype, 0, ranks * packed.shard()).view());
+    shard->all_gather(shards.cview(), slice(out, work_dtype, 0, shard_ranks * packed.shard()).view());
   }
-  packed.copy(*backend, ranks, work_dtype, static_cast<std::byte*>(out.data()), run.first, run.last,
+  packed.copy(*backend, shard_ranks, work_dtype, static_cast<std::byte*>(out.data()), run.first, run.last,
               [&](int u) {
                 const auto& U = layout.units[u];
                 return static_cast<std::byte*>(
@@ -507,7 +533,7 @@ void Engine::init_params(const std::function<void(int, std::span<float>)>& fill)
     }
     const auto& U = s.layout.units[p.unit];
     if (s.policy.shard_optimizer) {
-      for (const ShardPiece& piece : s.layout.shard_pieces(p.unit, s.rank)) {
+      for (const ShardPiece& piece : s.layout.shard_pieces(p.unit, s.shard_rank)) {
         if (piece.param != static_cast<int>(pi)) continue;
         std::copy_n(values.data() + piece.param_offset, piece.count,
                     host.data() + U.shard_offset + piece.shard_offset);
@@ -669,8 +695,37 @@ EngineStats Engine::stats() const {
   return impl_->stats;
 }
 
-comm::Accounting Engine::comm_accounting() const { return impl_->world.accounting(); }
-void Engine::reset_comm_accounting() { impl_->world.reset_accounting(); }
+Engine::GroupAccounting Engine::comm_accounting_by_group() const {
+  const Impl& s = *impl_;
+  GroupAccounting g;
+  if (!s.groups.shard) {
+    g.shard = s.world.accounting();
+    return g;
+  }
+  g.shard = s.groups.shard->accounting();
+  g.replicate = s.groups.replicate->accounting();
+  g.world = s.world.accounting();
+  return g;
+}
+
+comm::Accounting Engine::comm_accounting() const {
+  const GroupAccounting g = comm_accounting_by_group();
+  comm::Accounting sum = g.shard;
+  for (const comm::Accounting* a : {&g.replicate, &g.world})
+    for (std::size_t op = 0; op < comm::kOpCount; ++op) {
+      sum.ops[op].calls += a->ops[op].calls;
+      sum.ops[op].payload_bytes += a->ops[op].payload_bytes;
+      sum.ops[op].wire_bytes += a->ops[op].wire_bytes;
+      sum.ops[op].seconds += a->ops[op].seconds;
+    }
+  return sum;
+}
+
+void Engine::reset_comm_accounting() {
+  impl_->world.reset_accounting();
+  if (impl_->groups.shard) impl_->groups.shard->reset_accounting();
+  if (impl_->groups.replicate) impl_->groups.replicate->reset_accounting();
+}
 
 MemoryReport Engine::memory() const {
   const Impl& s = *impl_;

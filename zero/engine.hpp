@@ -208,8 +208,16 @@ class Engine {
   // The ledger every engine buffer is counted in. A trainer may record its own memory here
   // (ledger().record_external(Category::activations, bytes)) so the report covers the whole rank.
   Ledger& ledger();
-  // Communication of this rank since construction or the last reset.
+  // Communication of this rank since construction or the last reset, over every group.
   comm::Accounting comm_accounting() const;
+  // The same, by process group: inside this rank's shard group (the reduce-scatter, the param
+  // all-gathers), across the replicate group (hierarchical sharding's gradient all-reduce), and
+  // over the world (the step's small agreements). Flat ZeRO has one group: all of it is in
+  // `shard`, the world being the shard group.
+  struct GroupAccounting {
+    comm::Accounting shard, replicate, world;
+  };
+  GroupAccounting comm_accounting_by_group() const;
   void reset_comm_accounting();
 
   struct Impl;

@@ -42,6 +42,12 @@ struct Reduction {
   Allocation block;                   // stage 0: this rank's reduced blocks before the all-gather
   Allocation packed_out;              // stage 0, several units: the all-gathered blocks, rank-major
   std::int64_t issued_at = 0;         // Impl::trainer_calls when it was issued (EngineStats)
+  // Hierarchical sharding: the shard-group reduce-scatter is in `handles`; when it is done the
+  // reduced region is all-reduced across the replicate group (and at stage 0 then all-gathered
+  // inside the shard group into `gather_to`).
+  bool replicate_pending = false;
+  comm::View reduced_region;
+  comm::View gather_to;
 };
 
 // The gradient bucket being filled: its units' gradients copied in rank-major order (rank r's
@@ -125,7 +131,16 @@ struct Engine::Impl {
   Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec> units, EngineOptions o);
 
   Config config;
+  // The named process groups: `world` (every rank: the step's small agreements), `shard` (the
+  // ranks that share one copy of the sharded state: every collective on model data) and
+  // `replicate` (hierarchical sharding: the ranks holding the same shard in other groups; the
+  // gradient all-reduce). Flat ZeRO: shard is the world and there is no replicate group.
   comm::Communicator& world;
+  comm::Communicator::Groups groups;  // owned sub-communicators (hierarchical sharding only)
+  comm::Communicator* shard = nullptr;
+  comm::Communicator* replicate = nullptr;
+  int shard_rank = 0;                 // this rank's position in its shard group
+  int shard_ranks = 1;                // G: ranks in a shard group (the layout's shard count)
   EngineOptions options;
   Settings settings;                 // the config resolved once (zero/settings.hpp); below, the
                                      // values the engine reads most, copied from it

@@ -33,7 +33,7 @@ void check_update_finite(Engine::Impl& s, std::int64_t step_no) {
     const UpdateSegment& sg = s.update_segments[k];
     mine[0] = sg.unit;  // the state region is the rank's shard of the unit, or the whole unit
     mine[1] = sg.begin + first[k] +
-              (s.policy.shard_optimizer ? s.layout.units[sg.unit].shard_range(s.rank).begin : 0);
+              (s.policy.shard_optimizer ? s.layout.units[sg.unit].shard_range(s.shard_rank).begin : 0);
   }
   std::vector<std::int64_t> all(2 * static_cast<std::size_t>(s.agreeing_ranks()));
   s.all_gather_host(mine, all.data(), 2, DType::i64);
@@ -116,7 +116,7 @@ StepReport Engine::step() {
   RankSummary mine;
   for (int u = 0; u < nu; ++u) {
     const auto& U = s.layout.units[u];
-    const float* own = grad_f32(u) + (s.policy.gather_grads ? U.shard_range(s.rank).begin : 0);
+    const float* own = grad_f32(u) + (s.policy.gather_grads ? U.shard_range(s.shard_rank).begin : 0);
     s.backend->squared_norm(own, U.shard_numel, u);
   }
   for (double n : s.backend->fetch_norms(nu)) mine.squared_norm += n;  // unit order
@@ -157,7 +157,9 @@ StepReport Engine::step() {
 
   StepReport rep;
   double squared = 0;
-  for (const auto& a : all) squared += a.squared_norm;  // rank order, on every rank
+  // Rank order, on every rank; the first shard group's ranks cover every element once (the
+  // other groups hold the same reduced values: hierarchical sharding replicates them).
+  for (int r = 0; r < std::min(s.agreeing_ranks(), s.shard_ranks); ++r) squared += all[r].squared_norm;
   const bool finite = std::isfinite(squared);
   rep.loss_scale = s.scaler ? s.scaler->scale() : 1.0;
   const double inv_scale = 1.0 / rep.loss_scale;
@@ -301,14 +303,14 @@ std::vector<float> Engine::gather_master(int p) {
   if (s.mem() == comm::Memory::host) {  // an inspection copy: the trainer's memory, not the engine's
     std::vector<float> unit(static_cast<std::size_t>(U.padded_numel));
     const ScopeTimer t = s.waiting();
-    s.world.all_gather(shard, comm::View{unit.data(), unit.size(), DType::f32});
+    s.shard->all_gather(shard, comm::View{unit.data(), unit.size(), DType::f32});
     std::copy_n(unit.begin() + pl.offset, pl.numel, out.begin());
     return out;
   }
   Allocation unit = s.alloc(Category::other, bytes(U.padded_numel, DType::f32));
   {
     const ScopeTimer t = s.waiting();
-    s.world.all_gather(shard, slice(unit, DType::f32, 0, U.padded_numel).view());
+    s.shard->all_gather(shard, slice(unit, DType::f32, 0, U.padded_numel).view());
   }
   s.backend->download(out.data(), unit.as<float>().data() + pl.offset, out.size() * sizeof(float));
   return out;

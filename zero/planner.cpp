@@ -235,6 +235,7 @@ PlanInput plan_input_from_config(const Config& c, int ranks) {
   in.max_live_parameters = c.zero.stage3_max_live_parameters;
   in.param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
   in.offload = c.zero.offload_optimizer_device == OffloadDevice::cpu ? Offload::cpu : Offload::none;
+  in.shard_size = c.zero.mics_shard_size > 0 ? c.zero.mics_shard_size : 0;
   return in;
 }
 
@@ -354,10 +355,11 @@ Config config_of(const PlanInput& in) {
   c.zero.stage3_prefetch_bucket_size = in.prefetch_bucket_size;
   c.zero.stage3_max_live_parameters = in.max_live_parameters;
   c.zero.stage3_param_persistence_threshold = in.param_persistence_threshold;
+  c.zero.mics_shard_size = in.shard_size > 0 ? in.shard_size : -1;
   return c;
 }
 
-EngineRun run_engine(const PlanInput& in, Config c, int shard_ranks) {
+EngineRun run_engine(const PlanInput& in, Config c, int world_ranks) {
   c.gradient_accumulation_steps = std::min<std::int64_t>(c.gradient_accumulation_steps, 2);
   EngineOptions o;
   o.count_only = true;
@@ -368,7 +370,7 @@ EngineRun run_engine(const PlanInput& in, Config c, int shard_ranks) {
   co.chunk_bytes = in.comm_chunk_bytes;
   co.pipeline_depth = in.comm_pipeline_depth;
   auto world = comm::make_counting_communicator(
-      shard_ranks, 0, o.memory, in.device ? comm::StagingModel::nccl : comm::StagingModel::mpi, co);
+      world_ranks, 0, o.memory, in.device ? comm::StagingModel::nccl : comm::StagingModel::mpi, co);
   Engine e(c, *world, in.units, o);
   EngineRun run;
   const MemoryReport built = e.memory();
@@ -399,7 +401,7 @@ EngineRun run_engine(const PlanInput& in, Config c, int shard_ranks) {
   one_step();
   const std::int64_t second_peak = e.memory().peak_total;
   run.peak = std::max(first_peak, second_peak);
-  run.staging = static_cast<std::int64_t>(world->scratch_bytes_peak());
+  run.staging = e.memory().ledger[Category::comm_staging].current;  // every group's
   run.step_transient = second_peak - run.base - in.activation_bytes - run.staging;
   e.ledger().record_external(Category::activations, -in.activation_bytes, o.memory);
   return run;
@@ -413,7 +415,7 @@ Plan plan_memory(const PlanInput& in) {
   const Config config = config_of(in);
   Settings set;
   try {
-    set = resolve_settings(config, S, in.align_elements);
+    set = resolve_settings(config, in.ranks, in.align_elements);
   } catch (const Error& e) {  // validate() checked the rest: this is PlanInput::reduce_dtype
     throw Error(cat("reduce dtype: ", e.what()));
   }
@@ -534,7 +536,7 @@ Plan plan_memory(const PlanInput& in) {
   // persistent terms above; what the engine computes on the device around them is the same.
   EngineRun run;
   try {
-    run = run_engine(in, config, S);
+    run = run_engine(in, config, in.ranks);
   } catch (const LedgerOverflow&) {
     ck.fail("the engine's buffers with the activations");
   }

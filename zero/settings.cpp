@@ -5,8 +5,16 @@
 
 namespace zero {
 
-Settings resolve_settings(const Config& c, int shard_ranks, std::int64_t align_elements) {
+Settings resolve_settings(const Config& c, int world, std::int64_t align_elements) {
   Settings s;
+  if (world < 1) throw Error(cat("the world size must be at least 1, got ", world));
+  s.world = world;
+  s.shard_size = c.zero.mics_shard_size > 0 ? c.zero.mics_shard_size : world;
+  if (world % s.shard_size != 0)
+    throw Error(cat(s.shard_size, " does not divide the world size ", world,
+                    ": shard groups must tile the ranks"),
+                {.key = "zero_optimization.mics_shard_size"});
+  s.replicas = world / s.shard_size;
   if (c.zero.stage < 0 || c.zero.stage > 3)
     throw Error(cat("expected 0..3, got ", c.zero.stage), {.key = "zero_optimization.stage"});
   if (c.gradient_accumulation_steps < 1)
@@ -28,7 +36,7 @@ Settings resolve_settings(const Config& c, int shard_ranks, std::int64_t align_e
   s.reduced_aliases_grads = s.policy.gather_grads && s.reduce_dtype == s.work_dtype;
   s.accumulation = c.gradient_accumulation_steps;
   s.overlap = c.zero.overlap_comm;
-  s.layout.shard_ranks = shard_ranks;
+  s.layout.shard_ranks = s.shard_size;
   s.layout.align_elements = align_elements;
   s.layout.persistence_threshold =
       s.policy.shard_params ? c.zero.stage3_param_persistence_threshold : 0;

@@ -30,8 +30,13 @@ struct Settings {
   bool reduced_aliases_grads = false;
   std::int64_t accumulation = 1;    // gradient_accumulation_steps
   bool overlap = false;             // overlap_comm
-  // Ranks that share the shards (the whole world; a shard group with hierarchical sharding),
-  // alignment, stage 3's persistence threshold (0 below stage 3), the reduce bucket.
+  // Hierarchical sharding (mics_shard_size): the states are sharded over groups of shard_size
+  // consecutive ranks and replicated `replicas` times; flat ZeRO is one group of every rank.
+  int world = 1;
+  int shard_size = 1;
+  int replicas = 1;
+  // Ranks that share the shards (shard_size), alignment, stage 3's persistence threshold (0
+  // below stage 3), the reduce bucket.
   LayoutOptions layout;
   std::int64_t allgather_bucket = 500'000'000;  // elements per all-gather after the step
   std::int64_t prefetch_window = 0;             // stage 3: elements gathered ahead
@@ -39,9 +44,9 @@ struct Settings {
   std::vector<std::string> notes;               // what was overridden, one sentence each
 };
 
-// Resolves `config` for `shard_ranks` ranks sharing the shards. Throws zero::Error naming the key
-// on a value no stage can run: a stage outside 0..3, accumulation < 1, a reduce dtype that is
-// neither fp32 nor the training dtype.
-Settings resolve_settings(const Config& config, int shard_ranks, std::int64_t align_elements = 64);
+// Resolves `config` for a world of `world` ranks. Throws zero::Error naming the key on a value no
+// stage can run: a stage outside 0..3, accumulation < 1, a reduce dtype that is neither fp32 nor
+// the training dtype, a shard group that does not divide the world.
+Settings resolve_settings(const Config& config, int world, std::int64_t align_elements = 64);
 
 }  // namespace zero

@@ -28,6 +28,7 @@ struct RunSpec {
   bool bias_group = false;
   std::int64_t reduce_bucket = 0;           // reduce_bucket_size in elements (0: the default)
   std::int64_t allgather_bucket = 0;        // allgather_bucket_size in elements (0: the default)
+  int shard_size = -1;                      // mics_shard_size (-1: flat, one group of all ranks)
   models::MlpShape shape{3, 24, 48, 7};     // layers, width, global batch, seed
 };
 
@@ -38,6 +39,7 @@ struct RunResult {
   std::vector<double> losses;
   MemoryReport memory;
   comm::Accounting per_step;                // accounting of the last step alone
+  Engine::GroupAccounting per_step_groups;  // the same, by process group
   std::int64_t padded = 0;                  // Ψ with padding (the layout's padded_numel)
   EngineStats stats;
 };
@@ -56,6 +58,7 @@ inline Config make_config(const RunSpec& s) {
   c.zero.overlap_comm = s.overlap;
   if (s.reduce_bucket > 0) c.zero.reduce_bucket_size = s.reduce_bucket;
   if (s.allgather_bucket > 0) c.zero.allgather_bucket_size = s.allgather_bucket;
+  c.zero.mics_shard_size = s.shard_size;
   c.zero.stage3_param_persistence_threshold = s.persistence_threshold;
   if (s.bias_group) c.param_groups.push_back({{"*.bias"}, 0.0, 0.5});
   return c;
@@ -77,6 +80,7 @@ inline RunResult run_mlp(comm::Communicator& world, const RunSpec& spec) {
     out.losses.push_back(loss);
   }
   out.per_step = engine.comm_accounting();
+  out.per_step_groups = engine.comm_accounting_by_group();
   out.memory = engine.memory();
   out.padded = engine.layout().padded_numel;
   out.stats = engine.stats();

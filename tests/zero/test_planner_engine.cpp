@@ -21,6 +21,8 @@ struct Case {
   bool overlap;
   std::int64_t persistence;  // stage 3: units below this stay gathered
   std::int64_t prefetch;     // stage3_prefetch_bucket_size (elements)
+  std::int64_t bucket = 0;   // reduce and all-gather bucket size (0: the default, 5e8)
+  int shard = -1;            // mics_shard_size (-1: flat)
 };
 
 void compare(comm::Communicator& parent, const Case& c) {
@@ -35,6 +37,9 @@ void compare(comm::Communicator& parent, const Case& c) {
   spec.accumulation = c.accumulation;
   spec.overlap = c.overlap;
   spec.persistence_threshold = c.persistence;
+  spec.reduce_bucket = c.bucket;
+  spec.allgather_bucket = c.bucket;
+  spec.shard_size = c.shard;
   spec.steps = 3;
   spec.shape = models::MlpShape{4, 40, 48, 3};
   Config config = zero::testing::make_config(spec);
@@ -61,7 +66,8 @@ void compare(comm::Communicator& parent, const Case& c) {
   INFO("ranks " << n << ", stage " << c.stage << ", " << name_of(c.precision) << ", reduce "
                 << name_of(c.reduce) << ", accumulation " << c.accumulation << ", overlap "
                 << c.overlap << ", persistence " << c.persistence << ", prefetch " << c.prefetch
-                << "\n" << explain(p) << describe(m.ledger));
+                << ", bucket " << c.bucket << ", shard groups of " << c.shard << "\n"
+                << explain(p) << describe(m.ledger));
   CHECK(p.device.params == m.params);
   CHECK(p.device.grads == m.grads);
   CHECK(p.device.master == m.master);
@@ -92,4 +98,15 @@ TEST_CASE("Planner equals the engine's ledger at every stage, precision and sett
     for (bool overlap : {false, true})
       compare(*world, {3, Precision::bf16, DType::f32, 1, overlap, 0, prefetch});
   compare(*world, {3, Precision::bf16, DType::bf16, 1, false, 2000, 50'000'000});
+  // A bucket per unit and buckets of two units (the default is one for this model).
+  for (int stage = 0; stage <= 3; ++stage)
+    for (std::int64_t bucket : {std::int64_t{1}, std::int64_t{4000}})
+      compare(*world, {stage, Precision::bf16, DType::f32, 2, true, 0, 50'000'000, bucket});
+  // Hierarchical sharding: shard groups of 1 and 2 ranks where they divide the world.
+  for (int shard : {1, 2}) {
+    if (shard >= world->size() || world->size() % shard != 0) continue;
+    for (int stage = 0; stage <= 3; ++stage)
+      for (std::int64_t bucket : {std::int64_t{0}, std::int64_t{1}})
+        compare(*world, {stage, Precision::bf16, DType::f32, 1, stage == 3, 0, 50'000'000, bucket, shard});
+  }
 }
