@@ -125,6 +125,10 @@ void ensure_ranks(int ranks, const std::vector<std::string>& argv) {
   // here, but a job ended by MPI_Abort mid-transfer then prints "Read -1, expected N, errno = 14"
   // from every surviving rank under the one error line.)
   ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
+  // Open MPI's help-message aggregation races with the abort that ends a failed job
+  // ("ORTE_ERROR_LOG: Data unpack would read past end of buffer ... show_help.c") and then holds
+  // the abort 6-7 s (3 in 10 failure-path test runs here); each rank prints its own instead.
+  ::setenv("OMPI_MCA_orte_base_help_aggregate", "0", 0);
   ::setenv("ZERO_RELAUNCHED", "1", 1);
 
   // -q: without it mpirun adds its banners ("MPI_ABORT was invoked on rank 0...", "Primary job
