@@ -153,7 +153,7 @@ int cmd_plan(const Args& argv) {
                               config_file, json_file, plot_file, activations, reduce_bucket,
                               prefetch_bucket, max_live, persistence;
   GptShape shape;
-  int units = 32, ranks = 1, per_node = 0, shard_size = 0;
+  int units = 32, ranks = 1, per_node = 0, shard_size = 0, hpz = 1;
   std::int64_t accum = 1;
   // One option per line, as cmd_train.cpp: easier to read than the formatter's chains.
   // clang-format off
@@ -185,6 +185,9 @@ int cmd_plan(const Args& argv) {
       ("shard-size", val(&shard_size, "G")->default_value(0),
        "ranks one shard group spans, dividing N (hierarchical, MiCS-style: the states are "
        "sharded over G ranks and replicated N/G times); 0 = all N")
+      ("hpz", val(&hpz, "H"),
+       "stage 3, ZeRO++ hpZ: a secondary copy of the params sharded over H ranks (a node, "
+       "dividing N) so that backward gathers stay inside it (zero_hpz_partition_size); 1 = off")
       ("stage", val(&stage, "S")->default_value("all"), "ZeRO stage: 0, 1, 2, 3 or all")
       ("precision", val(&precision, "P"), "bf16 (default), fp16 or fp32")
       ("reduce-dtype", val(&reduce, "D"),
@@ -279,6 +282,11 @@ int cmd_plan(const Args& argv) {
   if (vm.count("shard-size") && shard_size > 0 && ranks % shard_size != 0)
     throw Error(cat("--shard-size ", shard_size, " does not divide --ranks ", ranks));
   if (vm.count("shard-size")) in.shard_size = shard_size;
+  if (vm.count("hpz")) {
+    require_at_least("--hpz", hpz, 1);
+    if (ranks % hpz != 0) throw Error(cat("--hpz ", hpz, " does not divide --ranks ", ranks));
+    in.hpz_partition_size = hpz;
+  }
   if (vm.count("precision")) in.precision = parse_precision(precision);
   if (vm.count("reduce-dtype")) {
     in.reduce_dtype = parse_reduce(reduce);

@@ -81,6 +81,7 @@ struct Flags {
   int ranks = 1, stage = 0;
   std::int64_t steps = 20, accum = 1, global_batch = 64, micro_batch = 1, log_every = 1;
   std::int64_t reduce_bucket = 0, allgather_bucket = 0;
+  int shard_size = 0, hpz = 0;
   int layers = 4, width = 512;
   double lr = 0, clip = 0, timeout = 600;
 };
@@ -141,6 +142,13 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
   if (vm.count("reduce-bucket-size")) require_at_least("--reduce-bucket-size", f.reduce_bucket, 1);
   if (vm.count("allgather-bucket-size"))
     require_at_least("--allgather-bucket-size", f.allgather_bucket, 1);
+  if (vm.count("shard-size")) require_at_least("--shard-size", f.shard_size, 1);
+  if (vm.count("hpz")) require_at_least("--hpz", f.hpz, 1);
+  if (vm.count("ranks") && vm.count("shard-size") && f.ranks % f.shard_size != 0)
+    throw Error(cat("--shard-size ", f.shard_size, " does not divide -n ", f.ranks,
+                    ": shard groups must tile the ranks"));
+  if (vm.count("ranks") && vm.count("hpz") && f.ranks % f.hpz != 0)
+    throw Error(cat("--hpz ", f.hpz, " does not divide -n ", f.ranks));
   if (vm.count("lr")) require_finite_nonneg("--lr", f.lr);
   if (vm.count("clip")) require_finite_nonneg("--clip", f.clip);
   if (vm.count("timeout") &&
@@ -228,6 +236,8 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   if (vm.count("overlap")) config.zero.overlap_comm = true;
   if (vm.count("reduce-bucket-size")) config.zero.reduce_bucket_size = f.reduce_bucket;
   if (vm.count("allgather-bucket-size")) config.zero.allgather_bucket_size = f.allgather_bucket;
+  if (vm.count("shard-size")) config.zero.mics_shard_size = f.shard_size;
+  if (vm.count("hpz")) config.zero.zero_hpz_partition_size = f.hpz;
   if (vm.count("timeout")) config.comm_timeout_seconds = f.timeout;
   // Batch sizes: a flag sets its key as if the config had given it (DeepSpeed's rule then
   // derives the rest); with none given anywhere, zero train's global batch of 64.
@@ -296,6 +306,12 @@ int cmd_train(const Args& argv) {
       ("reduce-bucket-size", po::value(&f.reduce_bucket),
        "gradient elements reduced per collective, whole units (zero_optimization."
        "reduce_bucket_size; default 5e8, or the config's)")
+      ("shard-size", po::value(&f.shard_size),
+       "hierarchical sharding: shard the states over groups of this many ranks, replicated "
+       "across the groups (zero_optimization.mics_shard_size; default: all ranks)")
+      ("hpz", po::value(&f.hpz),
+       "stage 3: keep a secondary copy of the params sharded over groups of this many ranks so "
+       "that backward gathers stay inside them (zero_optimization.zero_hpz_partition_size)")
       ("allgather-bucket-size", po::value(&f.allgather_bucket),
        "new-param elements all-gathered per collective after the step, stages 1-2 (zero_"
        "optimization.allgather_bucket_size; default 5e8, or the config's)")
@@ -399,6 +415,15 @@ int cmd_train(const Args& argv) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const comm::Accounting acct = engine.comm_accounting();
+  const Engine::GroupAccounting by_group = engine.comm_accounting_by_group();
+  // Payload bytes per step of every op of one group: what hierarchical sharding and hpZ move
+  // inside their groups and across them.
+  auto group_bytes = [&](const comm::Accounting& a) {
+    std::uint64_t b = 0;
+    for (const comm::OpStats& o : a.ops) b += o.payload_bytes;
+    return b / static_cast<std::uint64_t>(steps);
+  };
+  const bool grouped = engine.settings_shard_size() < n || by_group.secondary[comm::Op::all_gather].calls > 0;
   const Throughput throughput = clock.result(global_batch);
   // Memory of every rank, gathered to all (each rank's ledger is its own); read before the
   // checksum, whose gathers are inspection, not training.
@@ -457,6 +482,13 @@ int cmd_train(const Args& argv) {
                 human_bytes(double(acct[comm::Op::all_reduce].payload_bytes) / steps).c_str(),
                 human_bytes(double(acct[comm::Op::reduce_scatter].payload_bytes) / steps).c_str(),
                 human_bytes(double(acct[comm::Op::all_gather].payload_bytes) / steps).c_str());
+    if (grouped)
+      std::printf("by group, per step per rank (payload): inside the shard group %s, across "
+                  "shard groups %s, inside the hpZ group %s, over all ranks %s\n",
+                  human_bytes(double(group_bytes(by_group.shard))).c_str(),
+                  human_bytes(double(group_bytes(by_group.replicate))).c_str(),
+                  human_bytes(double(group_bytes(by_group.secondary))).c_str(),
+                  human_bytes(double(group_bytes(by_group.world))).c_str());
     print_throughput(throughput, human_bytes);
   }
 
@@ -499,6 +531,10 @@ int cmd_train(const Args& argv) {
                              {"reduce_scatter", wire(comm::Op::reduce_scatter)},
                              {"all_gather", wire(comm::Op::all_gather)}}},
     };
+    j["comm_bytes_by_group"] = {{"shard", group_bytes(by_group.shard)},
+                                {"replicate", group_bytes(by_group.replicate)},
+                                {"secondary", group_bytes(by_group.secondary)},
+                                {"world", group_bytes(by_group.world)}};
     add_throughput_json(j, throughput);
     std::ofstream out(f.json_file);
     if (!out) throw Error(cat("cannot write ", f.json_file));

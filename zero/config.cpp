@@ -230,7 +230,8 @@ std::string to_json(const Config& c) {
     zo["allgather_bucket_size"] = z.allgather_bucket_size;
   inert("stage3_max_reuse_distance", z.stage3_max_reuse_distance,
         defaults.stage3_max_reuse_distance);
-  inert("zero_hpz_partition_size", z.zero_hpz_partition_size, defaults.zero_hpz_partition_size);
+  if (z.zero_hpz_partition_size != defaults.zero_hpz_partition_size)
+    zo["zero_hpz_partition_size"] = z.zero_hpz_partition_size;
   if (z.mics_shard_size != defaults.mics_shard_size) zo["mics_shard_size"] = z.mics_shard_size;
   auto stage3 = [&](std::string_view key, auto value, auto default_value) {
     if (z.stage == 3 || value != default_value) zo[key] = value;

@@ -315,10 +315,11 @@ void read_zero(const ObjectReader& top, ZeroConfig& z) {
     if (s.integer("zero_hpz_partition_size", hpz, 0, kIntMax)) {
       // DeepSpeed reads 0 and 1 alike: no secondary group.
       z.zero_hpz_partition_size = static_cast<int>(std::max<std::int64_t>(hpz, 1));
-      if (hpz > 1)
+      // Acts at stage 3 (ZeRO++ hpZ: zero/settings.hpp); below it there is no gather to keep
+      // inside the node.
+      if (hpz > 1 && z.stage != 3)
         top.warnings().push_back(cat(s.path_of("zero_hpz_partition_size"), " ", hpz,
-                                     " has no effect: zero shards over all ranks and gathers "
-                                     "from all of them"));
+                                     " has an effect only at stage 3"));
     }
     read_offload(s, "offload_optimizer", "offloading the optimizer to ", z.offload_optimizer_device,
                  detail::kOffloadOptimizerInert);

@@ -90,6 +90,7 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
   }
   shard_rank = shard->rank();
   shard_ranks = shard->size();
+  if (settings.secondary_size > 1) secondary = world.split_groups(settings.secondary_size).shard;
   policy = settings.policy;
   work_dtype = settings.work_dtype;
   reduce_dtype = settings.reduce_dtype;
@@ -420,6 +421,7 @@ void Engine::Impl::record_comm_scratch() {
   auto now = static_cast<std::int64_t>(world.scratch_bytes_peak());
   if (groups.shard) now += static_cast<std::int64_t>(groups.shard->scratch_bytes_peak());
   if (groups.replicate) now += static_cast<std::int64_t>(groups.replicate->scratch_bytes_peak());
+  if (secondary) now += static_cast<std::int64_t>(secondary->scratch_bytes_peak());
   if (now > comm_scratch_recorded) {
     ledger.record_external(Category::comm_staging, now - comm_scratch_recorded, world.memory());
     comm_scratch_recorded = now;
@@ -433,19 +435,48 @@ void Engine::Impl::issue_gather(int u) {
   // thread at once) are communication time.
   const ScopeTimer t = waiting();
   run.gathered = alloc(Category::gathered, bytes(U.padded_numel, work_dtype));
-  const Slice shard_values = slice(shard_params(), work_dtype, U.shard_offset, U.shard_numel);
-  run.gather = this->shard->all_gather_async(
-      shard_values.cview(), slice(run.gathered, work_dtype, 0, U.padded_numel).view());
+  const Slice full = slice(run.gathered, work_dtype, 0, U.padded_numel);
+  // hpZ: once the unit's secondary shards exist (made by its forward gather), gather from them
+  // inside the node; otherwise from the primary shards over every rank.
+  run.from_secondary = !run.secondary.empty();
+  if (run.from_secondary) {
+    run.gather = secondary->all_gather_async(
+        slice(run.secondary, work_dtype, 0, U.padded_numel / secondary->size()).cview(), full.view());
+  } else {
+    const Slice shard_values = slice(shard_params(), work_dtype, U.shard_offset, U.shard_numel);
+    run.gather = this->shard->all_gather_async(shard_values.cview(), full.view());
+  }
   run.state = UnitState::gathering;
   live_elements += U.padded_numel;
+}
+
+void Engine::Impl::gathered_now(int u) {
+  UnitRun& run = units[u];
+  run.state = UnitState::gathered;
+  if (run.from_secondary) {  // used: the next step's forward gather makes a new one
+    run.secondary.reset();
+    return;
+  }
+  if (!secondary) return;
+  // hpZ: keep this rank's slice of the gathered unit as its secondary shard (ZeRO++: the
+  // forward gather builds the secondary partition; no extra communication).
+  const auto& U = layout.units[u];
+  const std::int64_t n = U.padded_numel / secondary->size();
+  run.secondary = alloc(Category::secondary, bytes(n, work_dtype));
+  backend->copy(run.secondary.data(),
+                static_cast<const std::byte*>(run.gathered.data()) + bytes(secondary->rank() * n, work_dtype),
+                static_cast<std::size_t>(bytes(n, work_dtype)));
 }
 
 void Engine::Impl::release_unit(int u) {
   UnitRun& run = units[u];
   if (run.state == UnitState::sharded) return;
-  if (run.gather.valid()) {
-    const ScopeTimer t = waiting();
-    run.gather.wait();
+  if (run.state == UnitState::gathering) {
+    {
+      const ScopeTimer t = waiting();
+      run.gather.wait();
+    }
+    gathered_now(u);
   }
   run.gathered.reset();
   run.state = UnitState::sharded;
@@ -509,6 +540,7 @@ const Config& Engine::config() const { return impl_->config; }
 int Engine::stage() const { return impl_->config.zero.stage; }
 int Engine::rank() const { return impl_->rank; }
 int Engine::ranks() const { return impl_->ranks; }
+int Engine::settings_shard_size() const { return impl_->shard_ranks; }
 
 void Engine::init_params(const std::function<void(int, std::span<float>)>& fill) {
   Impl& s = *impl_;
@@ -582,9 +614,11 @@ void Engine::gather(int u) {
   UnitRun& run = s.units[u];
   s.prefetch_after(u);  // moves the window to start at u (and gathers u if needed)
   if (run.state == UnitState::gathering) {
-    const ScopeTimer t = s.waiting();
-    run.gather.wait();
-    run.state = UnitState::gathered;
+    {
+      const ScopeTimer t = s.waiting();
+      run.gather.wait();
+    }
+    s.gathered_now(u);
   }
 }
 
@@ -698,6 +732,7 @@ EngineStats Engine::stats() const {
 Engine::GroupAccounting Engine::comm_accounting_by_group() const {
   const Impl& s = *impl_;
   GroupAccounting g;
+  if (s.secondary) g.secondary = s.secondary->accounting();
   if (!s.groups.shard) {
     g.shard = s.world.accounting();
     return g;
@@ -711,7 +746,7 @@ Engine::GroupAccounting Engine::comm_accounting_by_group() const {
 comm::Accounting Engine::comm_accounting() const {
   const GroupAccounting g = comm_accounting_by_group();
   comm::Accounting sum = g.shard;
-  for (const comm::Accounting* a : {&g.replicate, &g.world})
+  for (const comm::Accounting* a : {&g.replicate, &g.world, &g.secondary})
     for (std::size_t op = 0; op < comm::kOpCount; ++op) {
       sum.ops[op].calls += a->ops[op].calls;
       sum.ops[op].payload_bytes += a->ops[op].payload_bytes;
@@ -725,6 +760,7 @@ void Engine::reset_comm_accounting() {
   impl_->world.reset_accounting();
   if (impl_->groups.shard) impl_->groups.shard->reset_accounting();
   if (impl_->groups.replicate) impl_->groups.replicate->reset_accounting();
+  if (impl_->secondary) impl_->secondary->reset_accounting();
 }
 
 MemoryReport Engine::memory() const {

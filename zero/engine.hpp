@@ -157,6 +157,8 @@ class Engine {
   int stage() const;
   int rank() const;
   int ranks() const;
+  // Ranks in this rank's shard group (mics_shard_size; ranks() when sharding is flat).
+  int settings_shard_size() const;
 
   // Sets every parameter's initial value. fill(p, out) writes param p's numel fp32 values; every
   // rank must produce the same values (each keeps its shard). Call once, before training.
@@ -212,10 +214,12 @@ class Engine {
   comm::Accounting comm_accounting() const;
   // The same, by process group: inside this rank's shard group (the reduce-scatter, the param
   // all-gathers), across the replicate group (hierarchical sharding's gradient all-reduce), and
-  // over the world (the step's small agreements). Flat ZeRO has one group: all of it is in
+  // over the world (the step's small agreements), and with hpZ inside the node's secondary
+  // group (stage 3's backward gathers). Flat ZeRO has one group: all of it but hpZ's is in
   // `shard`, the world being the shard group.
   struct GroupAccounting {
     comm::Accounting shard, replicate, world;
+    comm::Accounting secondary;  // hpZ: the backward gathers, inside the node
   };
   GroupAccounting comm_accounting_by_group() const;
   void reset_comm_accounting();

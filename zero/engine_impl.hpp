@@ -24,6 +24,8 @@ struct UnitRun {
   UnitState state = UnitState::gathered;  // stage 3 (persistent units and stages 0-2: gathered)
   Allocation gathered;                    // stage 3: the full unit while gathered
   comm::Handle gather;                    // stage 3: its all-gather, while in flight
+  bool from_secondary = false;            // hpZ: that all-gather reads the secondary shards
+  Allocation secondary;                   // hpZ: this rank's secondary shard of the unit
   Allocation grads;                       // stages 2-3: its gradient buffer for this micro-batch
   bool grads_fresh = false;               // the gradient buffer was zeroed for this micro-batch
   bool waiting = false;                   // reduced this micro-batch; its bucket not yet issued
@@ -139,6 +141,7 @@ struct Engine::Impl {
   comm::Communicator::Groups groups;  // owned sub-communicators (hierarchical sharding only)
   comm::Communicator* shard = nullptr;
   comm::Communicator* replicate = nullptr;
+  std::unique_ptr<comm::Communicator> secondary;  // hpZ: the in-node group of the secondary copy
   int shard_rank = 0;                 // this rank's position in its shard group
   int shard_ranks = 1;                // G: ranks in a shard group (the layout's shard count)
   EngineOptions options;
@@ -233,6 +236,7 @@ struct Engine::Impl {
   void drop_unissued_buckets();      // step(): buckets still waiting for units (an error follows)
   void issue_gather(int u);          // stage 3
   void release_unit(int u);          // stage 3: back to its shard (waiting for a gather in flight)
+  void gathered_now(int u);          // stage 3: its gather is done (hpZ: keep the secondary shard)
   Slice params_of_unit(int u) const; // full working params of a gathered/persistent unit
   Slice grads_of_unit(int u);        // the unit's gradient buffer (allocated if needed)
   void all_gather_params(int u, const Slice& shard_values);  // stages 1-2 and persistent units

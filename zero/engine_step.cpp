@@ -89,6 +89,7 @@ StepReport Engine::step() {
   s.drop_unissued_buckets();
   for (int u = 0; u < nu; ++u)
     if (s.policy.shard_params && !s.layout.units[u].persistent) s.release_unit(u);
+  for (UnitRun& run : s.units) run.secondary.reset();  // hpZ: stale once the params change
   s.window = PrefetchFrontier{};
 
   // 2. The fp32 gradient of each unit's optimizer region, and this rank's part of the norm,

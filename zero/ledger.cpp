@@ -46,6 +46,8 @@ std::string_view name_of(Category c) {
       return "step_scratch";
     case Category::gathered:
       return "gathered";
+    case Category::secondary:
+      return "secondary";
     case Category::activations:
       return "activations";
     case Category::other:

@@ -33,10 +33,11 @@ enum class Category : std::uint8_t {
   comm_staging,   // the communicator's own staging (pipeline slots, widening copies)
   step_scratch,   // step(): fp32 conversion of one unit's 16-bit reduced gradient
   gathered,       // stage-3 units gathered and in flight
+  secondary,      // hpZ: each unit's secondary shard, from its forward gather to its backward one
   activations,    // the trainer's own activations, recorded by it (Ledger::record_external)
   other,          // anything else
 };
-inline constexpr std::size_t kCategoryCount = 14;
+inline constexpr std::size_t kCategoryCount = 15;
 std::string_view name_of(Category c);
 
 // A memory backend. Host: aligned, zeroed heap memory. A CUDA backend (cudaMalloc + cudaMemset)

@@ -236,6 +236,7 @@ PlanInput plan_input_from_config(const Config& c, int ranks) {
   in.param_persistence_threshold = c.zero.stage3_param_persistence_threshold;
   in.offload = c.zero.offload_optimizer_device == OffloadDevice::cpu ? Offload::cpu : Offload::none;
   in.shard_size = c.zero.mics_shard_size > 0 ? c.zero.mics_shard_size : 0;
+  in.hpz_partition_size = c.zero.zero_hpz_partition_size;
   return in;
 }
 
@@ -251,6 +252,12 @@ void validate(const PlanInput& in) {
   if (in.shard_size < 0 || (in.shard_size > 0 && in.ranks % in.shard_size != 0))
     throw Error(cat("shard size: expected a divisor of the rank count (", in.ranks, "), got ",
                     in.shard_size));
+  if (in.hpz_partition_size < 1 || in.ranks % in.hpz_partition_size != 0)
+    throw Error(cat("hpZ partition size: expected a divisor of the rank count (", in.ranks,
+                    "), got ", in.hpz_partition_size));
+  if (in.hpz_partition_size > 1 && in.shard_size > 0 && in.shard_size < in.ranks)
+    throw Error("hpZ partition size and shard size cannot both be set (hpZ's secondary copy is "
+                "of params sharded over every rank)");
   if (in.gradient_accumulation_steps < 1)
     throw Error(cat("gradient accumulation steps: expected >= 1, got ",
                     in.gradient_accumulation_steps));
@@ -356,6 +363,7 @@ Config config_of(const PlanInput& in) {
   c.zero.stage3_max_live_parameters = in.max_live_parameters;
   c.zero.stage3_param_persistence_threshold = in.param_persistence_threshold;
   c.zero.mics_shard_size = in.shard_size > 0 ? in.shard_size : -1;
+  c.zero.zero_hpz_partition_size = in.hpz_partition_size;
   return c;
 }
 

@@ -63,8 +63,10 @@ struct PlanInput {
   std::string model_name;            // for reports ("gpt3-1.3b", "7.5e9 params", "mlp 4x512")
   int ranks = 1;                     // N: data-parallel ranks
   int ranks_per_node = 1;            // for reports and hierarchical sharding
-  int shard_size = 0;                // ranks one shard group spans (0 = all N; hpZ/MiCS-style
+  int shard_size = 0;                // ranks one shard group spans (0 = all N; MiCS/HSDP
                                      // hierarchical sharding: states replicated across groups)
+  int hpz_partition_size = 1;        // ZeRO++ hpZ at stage 3: a secondary copy of the params
+                                     // sharded over this many ranks (a node); 1 = off
   int stage = 0;                     // 0..3
   Precision precision = Precision::bf16;
   DType reduce_dtype = DType::f32;   // communication_data_type (fp32 or the training dtype)

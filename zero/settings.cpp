@@ -15,6 +15,15 @@ Settings resolve_settings(const Config& c, int world, std::int64_t align_element
                     ": shard groups must tile the ranks"),
                 {.key = "zero_optimization.mics_shard_size"});
   s.replicas = world / s.shard_size;
+  const int hpz = c.zero.zero_hpz_partition_size;
+  if (hpz > 1 && world % hpz != 0)
+    throw Error(cat(hpz, " does not divide the world size ", world),
+                {.key = "zero_optimization.zero_hpz_partition_size"});
+  if (hpz > 1 && s.replicas > 1)
+    throw Error("zero_hpz_partition_size and mics_shard_size cannot both be set: hpZ keeps a "
+                "secondary copy inside the node of params sharded over every rank; MiCS shards "
+                "them over the group already",
+                {.key = "zero_optimization.zero_hpz_partition_size"});
   if (c.zero.stage < 0 || c.zero.stage > 3)
     throw Error(cat("expected 0..3, got ", c.zero.stage), {.key = "zero_optimization.stage"});
   if (c.gradient_accumulation_steps < 1)
@@ -42,6 +51,8 @@ Settings resolve_settings(const Config& c, int world, std::int64_t align_element
       s.policy.shard_params ? c.zero.stage3_param_persistence_threshold : 0;
   s.layout.bucket_elements = c.zero.reduce_bucket_size;
   s.allgather_bucket = c.zero.allgather_bucket_size;
+  // Below stage 3 there is no on-demand gather to keep inside the node (config_read warns).
+  s.secondary_size = s.policy.shard_params && hpz > 1 && hpz < world ? hpz : 1;
   s.prefetch_window = c.zero.stage3_prefetch_bucket_size;
   s.max_live = c.zero.stage3_max_live_parameters;
   return s;

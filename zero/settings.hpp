@@ -35,6 +35,10 @@ struct Settings {
   int world = 1;
   int shard_size = 1;
   int replicas = 1;
+  // ZeRO++ hpZ (zero_hpz_partition_size, stage 3): a secondary copy of each unit's params,
+  // sharded over groups of this many consecutive ranks (a node), made from the forward gather,
+  // so that the backward gather stays inside the group. 1: off.
+  int secondary_size = 1;
   // Ranks that share the shards (shard_size), alignment, stage 3's persistence threshold (0
   // below stage 3), the reduce bucket.
   LayoutOptions layout;
@@ -46,7 +50,7 @@ struct Settings {
 
 // Resolves `config` for a world of `world` ranks. Throws zero::Error naming the key on a value no
 // stage can run: a stage outside 0..3, accumulation < 1, a reduce dtype that is neither fp32 nor
-// the training dtype, a shard group that does not divide the world.
+// the training dtype, a shard group that does not divide the world, hpZ with shard groups.
 Settings resolve_settings(const Config& config, int world, std::int64_t align_elements = 64);
 
 }  // namespace zero

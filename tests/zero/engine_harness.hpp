@@ -29,6 +29,7 @@ struct RunSpec {
   std::int64_t reduce_bucket = 0;           // reduce_bucket_size in elements (0: the default)
   std::int64_t allgather_bucket = 0;        // allgather_bucket_size in elements (0: the default)
   int shard_size = -1;                      // mics_shard_size (-1: flat, one group of all ranks)
+  int hpz = 1;                              // zero_hpz_partition_size (1: off)
   models::MlpShape shape{3, 24, 48, 7};     // layers, width, global batch, seed
 };
 
@@ -59,6 +60,7 @@ inline Config make_config(const RunSpec& s) {
   if (s.reduce_bucket > 0) c.zero.reduce_bucket_size = s.reduce_bucket;
   if (s.allgather_bucket > 0) c.zero.allgather_bucket_size = s.allgather_bucket;
   c.zero.mics_shard_size = s.shard_size;
+  c.zero.zero_hpz_partition_size = s.hpz;
   c.zero.stage3_param_persistence_threshold = s.persistence_threshold;
   if (s.bias_group) c.param_groups.push_back({{"*.bias"}, 0.0, 0.5});
   return c;

@@ -149,6 +149,44 @@ TEST_CASE("Hierarchical sharding: shard groups of G ranks, replicated, determini
   }
 }
 
+TEST_CASE("ZeRO++ hpZ: stage 3's backward gathers stay inside the node, weights bitwise unchanged") {
+  // zero_hpz_partition_size H: the forward gather of each unit (over every rank) leaves this
+  // rank its slice of the unit, 1/H of it, as a secondary shard inside its group of H ranks (a
+  // node); the backward gather reads those instead. Gathers move bits, so the weights are the
+  // flat run's bit for bit; the secondary copy costs 2 B x Ψ/H at the start of backward.
+  auto w = world();
+  const int n = w->size();
+  RunSpec spec;
+  spec.stage = 3;
+  spec.steps = 6;
+  const auto flat = run_mlp(*w, spec);
+  for (int H = 2; H <= n; ++H) {
+    if (n % H != 0) continue;
+    for (bool overlap : {false, true}) {
+      spec.hpz = H;
+      spec.overlap = overlap;
+      const auto r = run_mlp(*w, spec);
+      INFO("ranks " << n << ", hpZ groups of " << H << ", overlap " << overlap);
+      CHECK(r.checksum == flat.checksum);
+      CHECK(r.losses == flat.losses);
+      const auto& g = r.per_step_groups;
+      const std::uint64_t P = std::uint64_t(r.padded);
+      if (H == n) {  // the node is the world: nothing to keep inside it
+        CHECK(g.secondary[comm::Op::all_gather].calls == 0);
+        continue;
+      }
+      // Forward: every unit from the primary shards over all ranks (and the step's two 16-byte
+      // agreements); backward: every unit from the secondary shards inside the node.
+      CHECK(g.shard[comm::Op::all_gather].payload_bytes == 2 * P + 32 * std::uint64_t(n));
+      CHECK(g.secondary[comm::Op::all_gather].payload_bytes == 2 * P);
+      CHECK(g.secondary[comm::Op::all_gather].calls == std::uint64_t(spec.shape.layers));
+      CHECK(r.memory.ledger[Category::secondary].peak == std::int64_t(2 * P) / H);
+      CHECK(r.memory.ledger[Category::secondary].current == 0);  // none kept past the step
+    }
+  }
+  if (n == 1) CHECK(flat.per_step_groups.secondary[comm::Op::all_gather].calls == 0);
+}
+
 TEST_CASE("Overlapped and blocking reduction give bitwise the same weights at every stage") {
   auto w = world();
   for (int stage = 0; stage <= 3; ++stage) {

@@ -23,6 +23,7 @@ struct Case {
   std::int64_t prefetch;     // stage3_prefetch_bucket_size (elements)
   std::int64_t bucket = 0;   // reduce and all-gather bucket size (0: the default, 5e8)
   int shard = -1;            // mics_shard_size (-1: flat)
+  int hpz = 1;               // zero_hpz_partition_size (1: off)
 };
 
 void compare(comm::Communicator& parent, const Case& c) {
@@ -40,6 +41,7 @@ void compare(comm::Communicator& parent, const Case& c) {
   spec.reduce_bucket = c.bucket;
   spec.allgather_bucket = c.bucket;
   spec.shard_size = c.shard;
+  spec.hpz = c.hpz;
   spec.steps = 3;
   spec.shape = models::MlpShape{4, 40, 48, 3};
   Config config = zero::testing::make_config(spec);
@@ -66,7 +68,8 @@ void compare(comm::Communicator& parent, const Case& c) {
   INFO("ranks " << n << ", stage " << c.stage << ", " << name_of(c.precision) << ", reduce "
                 << name_of(c.reduce) << ", accumulation " << c.accumulation << ", overlap "
                 << c.overlap << ", persistence " << c.persistence << ", prefetch " << c.prefetch
-                << ", bucket " << c.bucket << ", shard groups of " << c.shard << "\n"
+                << ", bucket " << c.bucket << ", shard groups of " << c.shard << ", hpZ " << c.hpz
+                << "\n"
                 << explain(p) << describe(m.ledger));
   CHECK(p.device.params == m.params);
   CHECK(p.device.grads == m.grads);
@@ -108,5 +111,12 @@ TEST_CASE("Planner equals the engine's ledger at every stage, precision and sett
     for (int stage = 0; stage <= 3; ++stage)
       for (std::int64_t bucket : {std::int64_t{0}, std::int64_t{1}})
         compare(*world, {stage, Precision::bf16, DType::f32, 1, stage == 3, 0, 50'000'000, bucket, shard});
+  }
+  // ZeRO++ hpZ at stage 3: secondary shards over groups of 2 (and of the whole world).
+  for (int hpz : {2, world->size()}) {
+    if (hpz < 2 || world->size() % hpz != 0) continue;
+    for (std::int64_t prefetch : {std::int64_t{0}, std::int64_t{50'000'000}})
+      for (bool overlap : {false, true})
+        compare(*world, {3, Precision::bf16, DType::f32, 2, overlap, 0, prefetch, 0, -1, hpz});
   }
 }
