@@ -150,7 +150,7 @@ void write_file(const std::string& path, const std::string& text) {
 int cmd_plan(const Args& argv) {
   namespace po = boost::program_options;
   std::string params, preset, stage = "all", precision, reduce, optimizer, offload, budget_text,
-                              config_file, json_file, plot_file, activations, reduce_bucket,
+                              config_file, json_file, plot_file, activations, reduce_bucket, allgather_bucket,
                               prefetch_bucket, max_live, persistence;
   GptShape shape;
   int units = 32, ranks = 1, per_node = 0, shard_size = 0, hpz = 1;
@@ -198,6 +198,8 @@ int cmd_plan(const Args& argv) {
       ("accum", val(&accum, "K"), "micro-batches per optimizer step (default 1)")
       ("overlap", "overlap gradient reduction with backward (overlap_comm)")
       ("reduce-bucket-size", val(&reduce_bucket, "COUNT"), "gradient elements per reduce bucket (5e8)")
+      ("allgather-bucket-size", val(&allgather_bucket, "COUNT"),
+       "stages 1-2: new-param elements per all-gather after the step (5e8)")
       ("prefetch-bucket-size", val(&prefetch_bucket, "COUNT"), "stage 3: elements gathered ahead (5e7)")
       ("max-live-parameters", val(&max_live, "COUNT"), "stage 3: gathered elements held at once (1e9)")
       ("persistence-threshold", val(&persistence, "COUNT"),
@@ -305,6 +307,8 @@ int cmd_plan(const Args& argv) {
   };
   if (vm.count("reduce-bucket-size"))
     in.reduce_bucket_size = count_flag("--reduce-bucket-size", reduce_bucket, 1);
+  if (vm.count("allgather-bucket-size"))
+    in.allgather_bucket_size = count_flag("--allgather-bucket-size", allgather_bucket, 1);
   if (vm.count("prefetch-bucket-size"))
     in.prefetch_bucket_size = count_flag("--prefetch-bucket-size", prefetch_bucket, 0);
   if (vm.count("max-live-parameters"))

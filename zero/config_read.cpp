@@ -261,6 +261,18 @@ void read_inert_size(const ObjectReader& s, std::string_view key, std::int64_t& 
   if (v > 0) field = v;  // 0 keeps the default: the layout needs a positive bucket size
 }
 
+// A bucket size, in elements. DeepSpeed accepts 0; a bucket holds at least one whole unit, so 0
+// keeps the default, said once.
+void read_bucket_size(const ObjectReader& s, std::string_view key, std::int64_t& field) {
+  std::int64_t v = 0;
+  if (!s.integer(key, v, 0)) return;
+  if (v > 0)
+    field = v;
+  else
+    s.warnings().push_back(cat(s.path_of(key), " 0 keeps the default, ", field,
+                               " elements (a bucket holds whole units)"));
+}
+
 void read_zero(const ObjectReader& top, ZeroConfig& z) {
   const json::value* v = top.get("zero_optimization");
   std::optional<bool> overlap;
@@ -276,25 +288,11 @@ void read_zero(const ObjectReader& top, ZeroConfig& z) {
     s.integer("stage", z.stage, 0, 3);
     bool o = false;
     if (s.flag("overlap_comm", o)) overlap = o;
-    // Acts: consecutive units' gradients are reduced as one collective of up to this many
-    // elements (zero/layout.hpp, plan_buckets). DeepSpeed accepts 0; a bucket holds at least one
-    // unit, so 0 keeps the default, said once.
-    if (std::int64_t bucket = 0; s.integer("reduce_bucket_size", bucket, 0)) {
-      if (bucket > 0)
-        z.reduce_bucket_size = bucket;
-      else
-        s.warnings().push_back(cat(s.path_of("reduce_bucket_size"), " 0 keeps the default, ",
-                                   z.reduce_bucket_size, " elements (a bucket holds whole units)"));
-    }
-    // Acts at stages 1-2 (and for stage 3's persistent units): the new params of consecutive
-    // units are all-gathered after the step as one collective of up to this many elements.
-    if (std::int64_t bucket = 0; s.integer("allgather_bucket_size", bucket, 0)) {
-      if (bucket > 0)
-        z.allgather_bucket_size = bucket;
-      else
-        s.warnings().push_back(cat(s.path_of("allgather_bucket_size"), " 0 keeps the default, ",
-                                   z.allgather_bucket_size, " elements (a bucket holds whole units)"));
-    }
+    // Both act: consecutive units' gradients are reduced, and (stages 1-2, stage 3's persistent
+    // units) their new params all-gathered after the step, as one collective of up to this many
+    // elements (zero/layout.hpp, plan_buckets; engine.cpp, param_gather_runs).
+    read_bucket_size(s, "reduce_bucket_size", z.reduce_bucket_size);
+    read_bucket_size(s, "allgather_bucket_size", z.allgather_bucket_size);
     // Zero is meaningful for these: no prefetch, nothing persistent, release at once.
     const std::pair<std::string_view, std::int64_t*> stage3_sizes[] = {
         {"stage3_prefetch_bucket_size", &z.stage3_prefetch_bucket_size},

@@ -491,18 +491,21 @@ void Engine::Impl::all_gather_params(int u, const Slice& shard_values) {
   shard->all_gather(shard_values.cview(), full.view());
 }
 
-void Engine::Impl::all_gather_run(const Run& run, const Slice& shards) {
+void Engine::Impl::all_gather_run(const Run& run, const Allocation& staged) {
+  const PackedRun packed{layout, run.first, run.last};
+  const std::int64_t n = packed.shard();
   if (run.first == run.last) {
-    all_gather_params(run.first, shards);
+    all_gather_params(run.first, slice(staged, work_dtype, 0, n));
     return;
   }
-  const PackedRun packed{layout, run.first, run.last};
-  Allocation out = alloc(Category::buckets, bytes(shard_ranks * packed.shard(), work_dtype));
+  // In place: this rank's new shards are block shard_rank of the packed output already.
   {
+    const Slice out = slice(staged, work_dtype, 0, shard_ranks * n);
     const ScopeTimer t = waiting();
-    shard->all_gather(shards.cview(), slice(out, work_dtype, 0, shard_ranks * packed.shard()).view());
+    shard->all_gather(slice(staged, work_dtype, shard_rank * n, n).cview(), out.view());
   }
-  packed.copy(*backend, shard_ranks, work_dtype, static_cast<std::byte*>(out.data()), run.first, run.last,
+  packed.copy(*backend, shard_ranks, work_dtype, static_cast<std::byte*>(staged.data()), run.first,
+              run.last,
               [&](int u) {
                 const auto& U = layout.units[u];
                 return static_cast<std::byte*>(

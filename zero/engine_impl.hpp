@@ -240,9 +240,10 @@ struct Engine::Impl {
   Slice params_of_unit(int u) const; // full working params of a gathered/persistent unit
   Slice grads_of_unit(int u);        // the unit's gradient buffer (allocated if needed)
   void all_gather_params(int u, const Slice& shard_values);  // stages 1-2 and persistent units
-  // All-gathers the new shards of run [first, last], staged contiguously in `shards` (this
-  // rank's shards of the run, in unit order), into each unit's full params.
-  void all_gather_run(const Run& run, const Slice& shards);
+  // All-gathers the new shards of run [first, last] into each unit's full params. `staged`
+  // holds this rank's shards of the run, in unit order: alone for one unit, or for several at
+  // block shard_rank of a packed buffer of shard_ranks blocks (the all-gather runs in place).
+  void all_gather_run(const Run& run, const Allocation& staged);
   bool gathers_params(int u) const {  // after the step: through an all-gather
     return policy.after_step == ParamsAfterStep::all_gather ||
            (policy.after_step == ParamsAfterStep::update_shard && layout.units[u].persistent);

@@ -270,13 +270,17 @@ StepReport Engine::step() {
       const std::int64_t base = U.shard_offset;
       const auto& L = s.layout.units[run.last];
       const std::int64_t n = L.shard_offset + L.shard_numel - base;
-      Allocation tmp = s.alloc(Category::buckets, bytes(n, s.work_dtype));
+      // One unit: its new shard, all-gathered straight into the unit. Several: written where
+      // this rank's block of the packed all-gather output lies, gathered in place.
+      const bool one = run.first == run.last;
+      Allocation staged = s.alloc(Category::buckets, bytes(one ? n : s.shard_ranks * n, s.work_dtype));
+      const std::int64_t mine = one ? 0 : s.shard_rank * n;
       for (int v = run.first; v <= run.last; ++v) {
         const auto& V = s.layout.units[v];
         update(v, s.state_offset(v), grad_f32(v),
-               slice(tmp, s.work_dtype, V.shard_offset - base, V.shard_numel));
+               slice(staged, s.work_dtype, mine + V.shard_offset - base, V.shard_numel));
       }
-      s.all_gather_run(run, slice(tmp, s.work_dtype, 0, n));
+      s.all_gather_run(run, staged);
       u = run.last;
     }
   }

@@ -81,6 +81,10 @@ std::string fingerprint(const Config& config, Grads grads = Grads::mlp) {
     const zero::EngineStats st = engine.stats();
     out << "stats " << st.reduce_collectives << ' ' << st.reductions_overlapped << ' '
         << st.max_reductions_in_flight << '\n';
+    const zero::comm::Accounting acct = engine.comm_accounting();
+    out << "collectives";
+    for (const auto& op : acct.ops) out << ' ' << op.calls;
+    out << '\n';
     out << "weights " << engine.master_checksum() << '\n';
   } catch (const zero::Error& e) {
     out << "engine error: " << e.what() << '\n';
