@@ -122,6 +122,11 @@ boost::json::object to_json(const Plan& p, const PlanInput& in, std::optional<st
       {"host_optimizer_bytes", p.host.optimizer},
       {"host_buffers_bytes", p.host.buffers},
       {"host_total_bytes", p.host.total()},
+      {"hpz_partition_size", in.hpz_partition_size},
+      {"traffic_per_step_bytes", {{"shard_group", p.traffic.shard},
+                                  {"across_shard_groups", p.traffic.replicate},
+                                  {"hpz_group", p.traffic.secondary},
+                                  {"all_ranks", p.traffic.world}}},
   };
   if (budget) {
     o["budget_bytes"] = *budget;

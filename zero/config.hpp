@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "precision/dtype.hpp"
+#include "zero/layout.hpp"
 
 namespace zero {
 
@@ -93,8 +94,8 @@ struct Fp16Config {
 struct ZeroConfig {
   int stage = 0;                                          // 0..3: what is sharded (docs/design.md)
   bool overlap_comm = false;                              // DeepSpeed: true at stage 3, else false
-  std::int64_t reduce_bucket_size = 500'000'000;          // gradient elements per reduce-scatter
-  std::int64_t allgather_bucket_size = 500'000'000;       // parameter elements per all-gather
+  std::int64_t reduce_bucket_size = kDefaultBucketElements;     // gradient elements per reduce-scatter
+  std::int64_t allgather_bucket_size = kDefaultBucketElements;  // parameter elements per all-gather
   std::int64_t stage3_prefetch_bucket_size = 50'000'000;  // elements gathered ahead; 0 = none
   std::int64_t stage3_param_persistence_threshold = 100'000;     // smaller params never sharded
   std::int64_t stage3_max_live_parameters = 1'000'000'000;       // gathered elements held at once

@@ -396,11 +396,18 @@ void Engine::Impl::all_gather_host(const void* in, void* out, std::size_t count,
   const ScopeTimer t = waiting();
   if (options.count_only) {
     // Every rank is modelled as this one, so `out` holds one block (agreeing_ranks()); the
-    // device staging a real run takes is counted all the same.
-    if (world.memory() != comm::Memory::host)
-      Allocation tmp = alloc(Category::other,
-                             static_cast<std::int64_t>(count * size_of(dtype)) * (ranks + 1));
-    std::memcpy(out, in, count * size_of(dtype));
+    // collective is counted (the counting communicator touches no buffer), and so is the
+    // device staging a real run takes.
+    const std::size_t b = count * size_of(dtype);
+    if (world.memory() != comm::Memory::host) {
+      Allocation tmp = alloc(Category::other, static_cast<std::int64_t>(b) * (ranks + 1));
+      auto* base = static_cast<std::byte*>(tmp.data());
+      world.all_gather(comm::ConstView{base, count, dtype, tmp.where()},
+                       comm::View{base + b, count * ranks, dtype, tmp.where()});
+    } else {
+      world.all_gather(comm::ConstView{in, count, dtype}, comm::View{out, count * ranks, dtype});
+    }
+    std::memcpy(out, in, b);
     return;
   }
   if (world.memory() == comm::Memory::host) {

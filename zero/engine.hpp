@@ -45,7 +45,7 @@ enum class GradReduction { mean, sum };
 
 struct EngineOptions {
   GradReduction reduction = GradReduction::mean;  // see GradReduction
-  std::int64_t align_elements = 64;               // layout alignment (elements)
+  std::int64_t align_elements = kDefaultAlignElements;  // layout alignment (elements)
   // Called with one line for every event a user should see in the log (skipped steps, loss
   // scale changes). Rank 0 only unless log_all_ranks. Default: stderr.
   std::function<void(const std::string&)> log;

@@ -22,12 +22,16 @@ struct UnitSpec {
   std::vector<ParamSpec> params;  // at least one; their order is their order in the flat buffer
 };
 
+// The defaults every settings struct takes from here: DeepSpeed's bucket size (elements), and
+// zero's alignment of every param start and shard size (elements).
+inline constexpr std::int64_t kDefaultBucketElements = 500'000'000;
+inline constexpr std::int64_t kDefaultAlignElements = 64;
+
 struct LayoutOptions {
   int shard_ranks = 1;                     // N: ranks that share the shards of every unit
-  std::int64_t align_elements = 64;        // every param start and shard size is a multiple
+  std::int64_t align_elements = kDefaultAlignElements;  // every param start and shard size is a multiple
   std::int64_t persistence_threshold = 0;  // units with fewer unpadded elements stay gathered
-  std::int64_t bucket_elements =
-      500'000'000;  // reduce bucket limit, padded elements (DeepSpeed's default)
+  std::int64_t bucket_elements = kDefaultBucketElements;  // reduce bucket limit, padded elements
 };
 
 // A half-open range [begin, end) of elements.

@@ -347,7 +347,15 @@ struct EngineRun {
   std::int64_t peak = 0;            // the most held at once, init_params and both steps
   std::int64_t staging = 0;         // the communicator's staging after the run
   std::int64_t step_transient = 0;  // the second step's peak less base, activations, staging
+  Plan::Traffic traffic;            // payload bytes of one step at the input's accumulation
 };
+
+// Every op's payload bytes in an accounting.
+std::int64_t payload(const comm::Accounting& a) {
+  std::int64_t b = 0;
+  for (const comm::OpStats& o : a.ops) b += static_cast<std::int64_t>(o.payload_bytes);
+  return b;
+}
 
 // The Config a PlanInput describes (what the engine and resolve_settings read).
 Config config_of(const PlanInput& in) {
@@ -388,8 +396,10 @@ EngineRun run_engine(const PlanInput& in, Config c, int world_ranks) {
   e.ledger().record_external(Category::activations, in.activation_bytes, o.memory);
   const Layout& L = e.layout();
   const auto nu = static_cast<int>(L.units.size());
+  Engine::GroupAccounting first_micro_batch;
   auto one_step = [&] {
     for (std::int64_t mb = 0; mb < c.gradient_accumulation_steps; ++mb) {
+      if (mb == 1) first_micro_batch = e.comm_accounting_by_group();
       for (int u = 0; u < nu; ++u) {
         e.gather(u);
         e.release(u);
@@ -406,7 +416,22 @@ EngineRun run_engine(const PlanInput& in, Config c, int world_ranks) {
   one_step();
   const std::int64_t first_peak = e.memory().peak_total;
   e.ledger().reset_peaks();
+  e.reset_comm_accounting();
   one_step();
+  // Traffic: every micro-batch moves the same bytes, so a step of K micro-batches moves the
+  // run's step (K' = min(K, 2) of them) plus K - K' more of the first one.
+  {
+    const Engine::GroupAccounting whole = e.comm_accounting_by_group();
+    const bool one = c.gradient_accumulation_steps == 1;
+    const std::int64_t more = in.gradient_accumulation_steps - c.gradient_accumulation_steps;
+    auto per_step = [&](const comm::Accounting& all, const comm::Accounting& first) {
+      return payload(all) + (one ? 0 : more * payload(first));
+    };
+    run.traffic = {per_step(whole.shard, first_micro_batch.shard),
+                   per_step(whole.replicate, first_micro_batch.replicate),
+                   per_step(whole.secondary, first_micro_batch.secondary),
+                   per_step(whole.world, first_micro_batch.world)};
+  }
   const std::int64_t second_peak = e.memory().peak_total;
   run.peak = std::max(first_peak, second_peak);
   run.staging = e.memory().ledger[Category::comm_staging].current;  // every group's
@@ -558,6 +583,7 @@ Plan plan_memory(const PlanInput& in) {
   const std::int64_t act = in.activation_bytes;
   plan.peak_total = ck.add(states + persistent_buffers, run.peak - run.base, "the peak");
   plan.step_transient_peak = run.step_transient;
+  plan.traffic = run.traffic;
   if (in.device)
     buffer("NCCL staging: fp32 copy of the largest reduce-scatter's input",
            "4 B x the largest unit's (or bucket's) padded size", run.staging);
@@ -742,6 +768,10 @@ std::string explain(const Plan& p) {
   if (p.host.total() > 0)
     o << "  " << std::left << std::setw(68) << "host (offloaded)" << std::right << std::setw(12)
       << format_bytes(p.host.total()) << '\n';
+  o << "  traffic per step per rank (payload, counted by the engine's run): inside the shard group "
+    << format_bytes(p.traffic.shard) << ", across shard groups " << format_bytes(p.traffic.replicate)
+    << ", inside the hpZ group " << format_bytes(p.traffic.secondary) << ", over all ranks "
+    << format_bytes(p.traffic.world) << '\n';
   return o.str();
 }
 

@@ -74,9 +74,9 @@ struct PlanInput {
   Offload offload = Offload::none;
   std::int64_t gradient_accumulation_steps = 1;
   bool overlap_comm = false;
-  std::int64_t align_elements = 64;
-  std::int64_t reduce_bucket_size = 500'000'000;          // elements
-  std::int64_t allgather_bucket_size = 500'000'000;       // elements (stages 1-2, after the step)
+  std::int64_t align_elements = kDefaultAlignElements;
+  std::int64_t reduce_bucket_size = kDefaultBucketElements;     // elements
+  std::int64_t allgather_bucket_size = kDefaultBucketElements;  // elements (stages 1-2, after the step)
   std::int64_t prefetch_bucket_size = 50'000'000;         // elements (stage3_prefetch_bucket_size)
   std::int64_t max_live_parameters = 1'000'000'000;       // elements (stage3_max_live_parameters)
   std::int64_t param_persistence_threshold = 100'000;     // elements (stage 3)
@@ -127,6 +127,12 @@ struct Plan {
                                          // units, grads and buckets in flight, scratch) hold at
                                          // once, in the engine's counting run
   std::vector<PlanTerm> terms;      // every term, in report order
+  // Payload bytes one rank moves in one optimizer step (every micro-batch and the step), by
+  // process group, as the engine's counting run moved them: inside the shard group, across the
+  // shard groups (hierarchical sharding), inside the hpZ group, over all ranks.
+  struct Traffic {
+    std::int64_t shard = 0, replicate = 0, secondary = 0, world = 0;
+  } traffic;
   std::vector<std::string> notes;   // settings the input asked for that the run overrides, one
                                     // sentence each (zero::resolve_settings), for the caller to say
 };

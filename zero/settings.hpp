@@ -42,7 +42,7 @@ struct Settings {
   // Ranks that share the shards (shard_size), alignment, stage 3's persistence threshold (0
   // below stage 3), the reduce bucket.
   LayoutOptions layout;
-  std::int64_t allgather_bucket = 500'000'000;  // elements per all-gather after the step
+  std::int64_t allgather_bucket = kDefaultBucketElements;  // elements per all-gather after the step
   std::int64_t prefetch_window = 0;             // stage 3: elements gathered ahead
   std::int64_t max_live = 0;                    // stage 3: gathered elements at once
   std::vector<std::string> notes;               // what was overridden, one sentence each

@@ -53,11 +53,13 @@ void compare(comm::Communicator& parent, const Case& c) {
   engine.init_params([&](int p, std::span<float> out) { models::mlp_init(spec.shape, p, out); });
   models::MlpTrainer trainer(spec.shape, micro);
   for (std::int64_t s = 0; s < spec.steps; ++s) {
+    if (s + 1 == spec.steps) engine.reset_comm_accounting();
     for (std::int64_t k = 0; k < spec.accumulation; ++k)
       trainer.micro_batch(engine, s * spec.shape.global_batch + world.rank() * micro * spec.accumulation + k * micro);
     engine.step();
   }
   const MemoryReport m = engine.memory();
+  const Engine::GroupAccounting traffic = engine.comm_accounting_by_group();
 
   PlanInput in = plan_input_from_config(config, n);
   in.units = models::mlp_units(spec.shape);
@@ -81,6 +83,16 @@ void compare(comm::Communicator& parent, const Case& c) {
   CHECK(p.device.buffers == m.buffers);
   CHECK(p.device.total() == m.peak_total);
   CHECK(p.padded_numel == engine.layout().padded_numel);
+  // And the bytes each process group moved in the last step (payload, every op).
+  auto bytes = [](const comm::Accounting& a) {
+    std::int64_t b = 0;
+    for (const comm::OpStats& o : a.ops) b += static_cast<std::int64_t>(o.payload_bytes);
+    return b;
+  };
+  CHECK(p.traffic.shard == bytes(traffic.shard));
+  CHECK(p.traffic.replicate == bytes(traffic.replicate));
+  CHECK(p.traffic.secondary == bytes(traffic.secondary));
+  CHECK(p.traffic.world == bytes(traffic.world));
 }
 
 }  // namespace
@@ -105,6 +117,9 @@ TEST_CASE("Planner equals the engine's ledger at every stage, precision and sett
   for (int stage = 0; stage <= 3; ++stage)
     for (std::int64_t bucket : {std::int64_t{1}, std::int64_t{4000}})
       compare(*world, {stage, Precision::bf16, DType::f32, 2, true, 0, 50'000'000, bucket});
+  // Three micro-batches: the planner runs two and scales the traffic of the rest.
+  compare(*world, {2, Precision::bf16, DType::f32, 3, true, 0, 50'000'000, 1});
+  compare(*world, {3, Precision::bf16, DType::bf16, 3, false, 0, 50'000'000});
   // Hierarchical sharding: shard groups of 1 and 2 ranks where they divide the world.
   for (int shard : {1, 2}) {
     if (shard >= world->size() || world->size() % shard != 0) continue;
