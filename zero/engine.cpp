@@ -1,6 +1,7 @@
 // Engine: buffers from the layout, gather/release (stage 3), gradient buffers and their reduction.
 // The optimizer step is in engine_step.cpp.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 
@@ -116,6 +117,7 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
   exp_avg_sq = alloc(Category::optimizer_v, bytes(state_n, DType::f32));
 
   units.resize(nu);
+  if (policy.shard_params) gather_groups.resize(nu);
   if (policy.shard_params) {
     if (!params_alias_master)
       params_shard = alloc(Category::params, bytes(layout.shard_numel, work_dtype));
@@ -435,26 +437,94 @@ void Engine::Impl::record_comm_scratch() {
   }
 }
 
-void Engine::Impl::issue_gather(int u) {
+void Engine::Impl::reserve_gather(int u) {
   const auto& U = layout.units[u];
   UnitRun& run = units[u];
-  // The gather's receive buffer and handing it to the communicator (which may switch to its
-  // thread at once) are communication time.
-  const ScopeTimer t = waiting();
+  const ScopeTimer t = waiting();  // the gather's receive buffer is communication time
   run.gathered = alloc(Category::gathered, bytes(U.padded_numel, work_dtype));
-  const Slice full = slice(run.gathered, work_dtype, 0, U.padded_numel);
-  // hpZ: once the unit's secondary shards exist (made by its forward gather), gather from them
-  // inside the node; otherwise from the primary shards over every rank.
-  run.from_secondary = !run.secondary.empty();
-  if (run.from_secondary) {
-    run.gather = secondary->all_gather_async(
-        slice(run.secondary, work_dtype, 0, U.padded_numel / secondary->size()).cview(), full.view());
-  } else {
-    const Slice shard_values = slice(shard_params(), work_dtype, U.shard_offset, U.shard_numel);
-    run.gather = this->shard->all_gather_async(shard_values.cview(), full.view());
-  }
   run.state = UnitState::gathering;
   live_elements += U.padded_numel;
+  gathers_to_issue.push_back(u);
+}
+
+void Engine::Impl::issue_gathers() {
+  // Handing collectives to the communicator (which may switch to its thread at once) is
+  // communication time.
+  const ScopeTimer t = waiting();
+  const std::vector<int> todo = std::move(gathers_to_issue);
+  gathers_to_issue.clear();
+  for (std::size_t i = 0; i < todo.size();) {
+    const int u = todo[i];
+    UnitRun& run = units[u];
+    const auto& U = layout.units[u];
+    // hpZ: once the unit's secondary shards exist (made by its forward gather), gather from them
+    // inside the node; otherwise from the primary shards over every rank.
+    run.from_secondary = !run.secondary.empty();
+    // Consecutive units in the order of travel, all from their primary shards (which lie side by
+    // side in the shard buffer), up to allgather_bucket_size padded elements: one all-gather.
+    std::size_t j = i + 1;
+    std::int64_t size = U.padded_numel;
+    if (!run.from_secondary)
+      while (j < todo.size() && std::abs(todo[j] - todo[j - 1]) == 1 &&
+             units[todo[j]].secondary.empty() &&
+             size + layout.units[todo[j]].padded_numel <= settings.allgather_bucket) {
+        size += layout.units[todo[j]].padded_numel;
+        ++j;
+      }
+    if (j == i + 1) {
+      const Slice full = slice(run.gathered, work_dtype, 0, U.padded_numel);
+      if (run.from_secondary)
+        run.gather = secondary->all_gather_async(
+            slice(run.secondary, work_dtype, 0, U.padded_numel / secondary->size()).cview(),
+            full.view());
+      else
+        run.gather = this->shard->all_gather_async(
+            slice(shard_params(), work_dtype, U.shard_offset, U.shard_numel).cview(), full.view());
+      i = j;
+      continue;
+    }
+    const int first = std::min(todo[i], todo[j - 1]), last = std::max(todo[i], todo[j - 1]);
+    const PackedRun packed{layout, first, last};
+    GatherGroup& g = gather_groups[static_cast<std::size_t>(first)];
+    g.first = first;
+    g.last = last;
+    g.packed = alloc(Category::gathered, bytes(shard_ranks * packed.shard(), work_dtype));
+    g.handle = this->shard->all_gather_async(
+        slice(shard_params(), work_dtype, layout.units[first].shard_offset, packed.shard()).cview(),
+        slice(g.packed, work_dtype, 0, shard_ranks * packed.shard()).view());
+    for (int v = first; v <= last; ++v) {
+      units[v].gather_group = first;
+      units[v].from_secondary = false;
+    }
+    i = j;
+  }
+}
+
+void Engine::Impl::complete_gather(int u) {
+  UnitRun& run = units[u];
+  if (run.state != UnitState::gathering) return;
+  if (run.gather_group < 0) {
+    {
+      const ScopeTimer t = waiting();
+      run.gather.wait();
+    }
+    gathered_now(u);
+    return;
+  }
+  GatherGroup& g = gather_groups[static_cast<std::size_t>(run.gather_group)];
+  {
+    const ScopeTimer t = waiting();
+    g.handle.wait();
+  }
+  const PackedRun packed{layout, g.first, g.last};
+  packed.copy(*backend, shard_ranks, work_dtype, static_cast<std::byte*>(g.packed.data()), g.first,
+              g.last, [&](int v) { return static_cast<std::byte*>(units[v].gathered.data()); },
+              false);
+  g.packed.reset();
+  for (int v = g.first; v <= g.last; ++v) {
+    units[v].gather_group = -1;
+    gathered_now(v);
+  }
 }
 
 void Engine::Impl::gathered_now(int u) {
@@ -478,13 +548,7 @@ void Engine::Impl::gathered_now(int u) {
 void Engine::Impl::release_unit(int u) {
   UnitRun& run = units[u];
   if (run.state == UnitState::sharded) return;
-  if (run.state == UnitState::gathering) {
-    {
-      const ScopeTimer t = waiting();
-      run.gather.wait();
-    }
-    gathered_now(u);
-  }
+  complete_gather(u);
   run.gathered.reset();
   run.state = UnitState::sharded;
   live_elements -= layout.units[u].padded_numel;
@@ -540,6 +604,12 @@ Engine::~Engine() {
   for (UnitRun& run : impl_->units) {
     try {
       if (run.gather.valid()) run.gather.wait();
+    } catch (...) {
+    }
+  }
+  for (Impl::GatherGroup& g : impl_->gather_groups) {
+    try {
+      if (g.handle.valid()) g.handle.wait();
     } catch (...) {
     }
   }
@@ -621,15 +691,8 @@ void Engine::gather(int u) {
   s.check_unit(u, "gather");
   ++s.trainer_calls;
   if (!s.policy.shard_params || s.layout.units[u].persistent) return;
-  UnitRun& run = s.units[u];
   s.prefetch_after(u);  // moves the window to start at u (and gathers u if needed)
-  if (run.state == UnitState::gathering) {
-    {
-      const ScopeTimer t = s.waiting();
-      run.gather.wait();
-    }
-    s.gathered_now(u);
-  }
+  s.complete_gather(u);
 }
 
 void Engine::Impl::prefetch_after(int u) {
@@ -655,7 +718,7 @@ void Engine::Impl::prefetch_after(int u) {
   w.last = u;
   w.dir = d;
   w.valid = true;
-  if (units[u].state == UnitState::sharded) issue_gather(u);
+  if (units[u].state == UnitState::sharded) reserve_gather(u);
   const std::int64_t limit = settings.prefetch_window;
   const auto nu = static_cast<int>(layout.units.size());
   for (int v = w.front + d; v >= 0 && v < nu; v += d) {
@@ -663,11 +726,12 @@ void Engine::Impl::prefetch_after(int u) {
       if (w.ahead + padded(v) > limit ||
           live_elements + padded(v) > settings.max_live)
         break;
-      issue_gather(v);
+      reserve_gather(v);
     }
     if (!persistent(v)) w.ahead += padded(v);
     w.front = v;
   }
+  issue_gathers();
 }
 
 void Engine::release(int u) {

@@ -25,6 +25,8 @@ struct UnitRun {
   Allocation gathered;                    // stage 3: the full unit while gathered
   comm::Handle gather;                    // stage 3: its all-gather, while in flight
   bool from_secondary = false;            // hpZ: that all-gather reads the secondary shards
+  int gather_group = -1;                  // stage 3: the coalesced gather it is part of (the
+                                          // group's first unit), or -1
   Allocation secondary;                   // hpZ: this rank's secondary shard of the unit
   Allocation grads;                       // stages 2-3: its gradient buffer for this micro-batch
   bool grads_fresh = false;               // the gradient buffer was zeroed for this micro-batch
@@ -175,6 +177,15 @@ struct Engine::Impl {
   const Allocation& full_params() const { return params_alias_master ? master : params_full; }
   const Allocation& shard_params() const { return params_alias_master ? master : params_shard; }
   std::vector<UnitRun> units;
+  // Stage 3: consecutive units gathered by one all-gather into a packed buffer, unpacked into
+  // each unit's gathered buffer when the first of them is needed. Indexed by the first unit.
+  struct GatherGroup {
+    int first = 0, last = 0;
+    comm::Handle handle;
+    Allocation packed;
+  };
+  std::vector<GatherGroup> gather_groups;
+  std::vector<int> gathers_to_issue;  // reserved by prefetch_after, issued together at its end
   PrefetchFrontier window;
   std::int64_t live_elements = 0;    // stage 3: gathered or gathering non-persistent elements
   // Gradients: full working-dtype buffer (stages 0-1), or per-unit buffers (UnitRun::grads).
@@ -234,7 +245,9 @@ struct Engine::Impl {
   void bucket_arrived(int u, const Slice& grads);  // reduce_grads: into its bucket, issue if full
   void issue_reduction(int first, int last, Allocation input, const Slice& in);
   void drop_unissued_buckets();      // step(): buckets still waiting for units (an error follows)
-  void issue_gather(int u);          // stage 3
+  void reserve_gather(int u);        // stage 3: its buffer and state now; issued by issue_gathers
+  void issue_gathers();              // stage 3: the reserved gathers, coalesced where they can be
+  void complete_gather(int u);       // stage 3: waits for the unit's gather (and its group's)
   void release_unit(int u);          // stage 3: back to its shard (waiting for a gather in flight)
   void gathered_now(int u);          // stage 3: its gather is done (hpZ: keep the secondary shard)
   Slice params_of_unit(int u) const; // full working params of a gathered/persistent unit

@@ -64,6 +64,7 @@ TEST_CASE("Every category is counted per the stage table") {
   // unit is a reduce bucket of its own.
   PlanInput per_unit = bare(Psi, 8, 3);
   per_unit.reduce_bucket_size = Psi / 32;
+  per_unit.allgather_bucket_size = Psi / 32;  // and gathered one unit per all-gather
   const Plan p3 = plan_memory(per_unit);
   const std::int64_t unit = 2 * (Psi / 32 + 64);
   CHECK(p3.device.buffers >= 3 * unit - 3 * 2 * 64 * 8);
