@@ -447,7 +447,7 @@ void Engine::Impl::reserve_gather(int u) {
   gathers_to_issue.push_back(u);
 }
 
-void Engine::Impl::issue_gathers() {
+void Engine::Impl::issue_gathers(bool first_alone) {
   // Handing collectives to the communicator (which may switch to its thread at once) is
   // communication time.
   const ScopeTimer t = waiting();
@@ -462,9 +462,11 @@ void Engine::Impl::issue_gathers() {
     run.from_secondary = !run.secondary.empty();
     // Consecutive units in the order of travel, all from their primary shards (which lie side by
     // side in the shard buffer), up to allgather_bucket_size padded elements: one all-gather.
+    // The unit the trainer waits for now goes alone, so that its compute starts as soon as it
+    // is here; the prefetched ones behind it travel together.
     std::size_t j = i + 1;
     std::int64_t size = U.padded_numel;
-    if (!run.from_secondary)
+    if (!run.from_secondary && !(first_alone && i == 0))
       while (j < todo.size() && std::abs(todo[j] - todo[j - 1]) == 1 &&
              units[todo[j]].secondary.empty() &&
              size + layout.units[todo[j]].padded_numel <= settings.allgather_bucket) {
@@ -718,7 +720,8 @@ void Engine::Impl::prefetch_after(int u) {
   w.last = u;
   w.dir = d;
   w.valid = true;
-  if (units[u].state == UnitState::sharded) reserve_gather(u);
+  const bool needed_now = units[u].state == UnitState::sharded;
+  if (needed_now) reserve_gather(u);
   const std::int64_t limit = settings.prefetch_window;
   const auto nu = static_cast<int>(layout.units.size());
   for (int v = w.front + d; v >= 0 && v < nu; v += d) {
@@ -731,7 +734,7 @@ void Engine::Impl::prefetch_after(int u) {
     if (!persistent(v)) w.ahead += padded(v);
     w.front = v;
   }
-  issue_gathers();
+  issue_gathers(needed_now);
 }
 
 void Engine::release(int u) {

@@ -246,7 +246,9 @@ struct Engine::Impl {
   void issue_reduction(int first, int last, Allocation input, const Slice& in);
   void drop_unissued_buckets();      // step(): buckets still waiting for units (an error follows)
   void reserve_gather(int u);        // stage 3: its buffer and state now; issued by issue_gathers
-  void issue_gathers();              // stage 3: the reserved gathers, coalesced where they can be
+  // Stage 3: the reserved gathers, coalesced where they can be (the first alone when the trainer
+  // waits for it now).
+  void issue_gathers(bool first_alone);
   void complete_gather(int u);       // stage 3: waits for the unit's gather (and its group's)
   void release_unit(int u);          // stage 3: back to its shard (waiting for a gather in flight)
   void gathered_now(int u);          // stage 3: its gather is done (hpZ: keep the secondary shard)
