@@ -464,11 +464,14 @@ void Engine::Impl::issue_gathers(bool first_alone) {
     // side in the shard buffer), up to allgather_bucket_size padded elements: one all-gather.
     // The unit the trainer waits for now goes alone, so that its compute starts as soon as it
     // is here; the prefetched ones behind it travel together.
+    // Only small units are joined (kSmallGatherUnit): measured here, 256 units of 16k params
+    // gathered together ran 1.2-1.4x faster, 4 units of 262k params 0.6x slower than alone.
     std::size_t j = i + 1;
     std::int64_t size = U.padded_numel;
-    if (!run.from_secondary && !(first_alone && i == 0))
+    auto small = [&](int v) { return layout.units[v].padded_numel <= kSmallGatherUnit; };
+    if (!run.from_secondary && !(first_alone && i == 0) && small(u))
       while (j < todo.size() && std::abs(todo[j] - todo[j - 1]) == 1 &&
-             units[todo[j]].secondary.empty() &&
+             units[todo[j]].secondary.empty() && small(todo[j]) &&
              size + layout.units[todo[j]].padded_numel <= settings.allgather_bucket) {
         size += layout.units[todo[j]].padded_numel;
         ++j;

@@ -131,6 +131,10 @@ struct PackedRun {
   }
 };
 
+// Stage 3 coalesces the gathers of consecutive units of at most this many padded elements (see
+// Impl::issue_gathers); larger units are gathered one per collective.
+inline constexpr std::int64_t kSmallGatherUnit = 65'536;
+
 struct Engine::Impl {
   Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec> units, EngineOptions o);
 
