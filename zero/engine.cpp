@@ -92,12 +92,6 @@ Engine::Impl::Impl(const Config& c, comm::Communicator& w, std::vector<UnitSpec>
   shard_rank = shard->rank();
   shard_ranks = shard->size();
   if (settings.secondary_size > 1) secondary = world.split_groups(settings.secondary_size).shard;
-  policy = settings.policy;
-  work_dtype = settings.work_dtype;
-  reduce_dtype = settings.reduce_dtype;
-  accumulation = settings.accumulation;
-  params_alias_master = settings.params_alias_master;
-  reduced_aliases_grads = settings.reduced_aliases_grads;
   if (config.max_consecutive_skipped_steps < 0)
     throw Error(cat("expected >= 0 (0: never stop), got ", config.max_consecutive_skipped_steps),
                 {.key = "max_consecutive_skipped_steps"});

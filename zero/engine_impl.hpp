@@ -151,15 +151,16 @@ struct Engine::Impl {
   int shard_rank = 0;                 // this rank's position in its shard group
   int shard_ranks = 1;                // G: ranks in a shard group (the layout's shard count)
   EngineOptions options;
-  Settings settings;                 // the config resolved once (zero/settings.hpp); below, the
-                                     // values the engine reads most, copied from it
-  StagePolicy policy;
+  Settings settings;                 // the config resolved once (zero/settings.hpp)
+  // The values the engine reads most, named into `settings` (bound once; resolve_settings
+  // assigns settings in the constructor, the references follow).
+  const StagePolicy& policy = settings.policy;
   Layout layout;
   int rank = 0;
   int ranks = 1;
-  DType work_dtype = DType::bf16;    // params and gradients as the trainer sees them
-  DType reduce_dtype = DType::f32;   // the reduced gradient (communication_data_type)
-  std::int64_t accumulation = 1;     // gradient_accumulation_steps
+  const DType& work_dtype = settings.work_dtype;        // params and grads as the trainer sees them
+  const DType& reduce_dtype = settings.reduce_dtype;    // the reduced gradient
+  const std::int64_t& accumulation = settings.accumulation;  // gradient_accumulation_steps
   // Where the buffers live and what computes on them (host + kernels/cpu, or device + kernels/cuda).
   std::unique_ptr<Backend> backend;
   comm::Memory mem() const { return backend->memory(); }
@@ -177,7 +178,7 @@ struct Engine::Impl {
   Allocation params_full, params_shard;
   // fp32 training at stages 0 and 3: the working params (full, or the shard) are the fp32 master
   // buffer itself, updated in place; no copy is allocated. params() gives the buffer either way.
-  bool params_alias_master = false;
+  const bool& params_alias_master = settings.params_alias_master;
   const Allocation& full_params() const { return params_alias_master ? master : params_full; }
   const Allocation& shard_params() const { return params_alias_master ? master : params_shard; }
   std::vector<UnitRun> units;
@@ -196,7 +197,7 @@ struct Engine::Impl {
   Allocation grads_full;
   // Reduced gradient in reduce_dtype: full (stage 0) or this rank's shard (stages 1-3).
   Allocation reduced;
-  bool reduced_aliases_grads = false;  // stage 0 with reduce dtype == work dtype: in place
+  const bool& reduced_aliases_grads = settings.reduced_aliases_grads;  // stage 0, in place
   // fp32 sum over micro-batches (gradient_accumulation_steps > 1), shaped like `reduced`.
   Allocation accum;
   std::vector<BucketFill> buckets;   // indexed like Layout::buckets
