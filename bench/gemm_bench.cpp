@@ -6,6 +6,9 @@
 //   gemm_bench --compare [...]   A/B per rep in child processes: A without the fix
 //                                (ZERO_NO_BLAS_FIX=1, OPENBLAS_CORETYPE as given), B with it
 //                                (OPENBLAS_CORETYPE unset, the fix on)
+//   gemm_bench --bf16 [...]      also the BF16 GEMM (kernels/cpu/gemm_bf16.hpp), each backend
+//                                in turn within each rep: square 512 and 2048 and GPT-2-small
+//                                shapes, against the same fp32 FMA peak
 // A weak kernel can be reproduced on a CPU OpenBLAS detects right with OPENBLAS_CORETYPE=Prescott
 // (as the --compare A side). docs/blas.md has the figures.
 #include <immintrin.h>
@@ -25,6 +28,7 @@
 
 #include "kernels/cpu/blas_core.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
 
 namespace {
 
@@ -137,11 +141,12 @@ struct Options {
   std::string json;
   bool compare = false;
   bool child = false;  // one rep, results as lines "R <size> <gflops> <peak>"
+  bool bf16 = false;
 };
 
 int usage(const char* why) {
   if (why) std::cerr << "gemm_bench: " << why << "\n";
-  std::cerr << "usage: gemm_bench [--reps N] [--sizes 512,2048] [--json FILE] [--compare]\n";
+  std::cerr << "usage: gemm_bench [--reps N] [--sizes 512,2048] [--json FILE] [--compare | --bf16]\n";
   return why ? 2 : 0;
 }
 
@@ -236,6 +241,165 @@ bool run_child(bool fixed, const Options& o, Series& s) {
   return true;
 }
 
+// ---- the BF16 GEMM ------------------------------------------------------------------------
+
+// GPT-2 small's linear layers at 1024 tokens (B·T) and width 768, as the GPT trainer calls them
+// (weights stored out × in, as llm.c): the MLP's up-projection forward (N·T), its weight
+// gradient (Tᵀ·N), and one head's attention scores at T = 256 (64-wide heads, N·T).
+struct Bf16Case {
+  std::string label;
+  bool ta, tb;
+  int m, n, k;
+};
+const std::vector<Bf16Case>& bf16_cases() {
+  static const std::vector<Bf16Case> cases{
+      {"512^3 NN", false, false, 512, 512, 512},
+      {"2048^3 NN", false, false, 2048, 2048, 2048},
+      {"fc fwd 1024x3072x768 NT", false, true, 1024, 3072, 768},
+      {"fc dW 3072x768x1024 TN", true, false, 3072, 768, 1024},
+      {"attn 256x256x64 NT", false, true, 256, 256, 64},
+  };
+  return cases;
+}
+
+// sgemm: the same shape on fp32 copies of the inputs, so that widen's cost of widening shows.
+enum class Bf16Side { sgemm, widen, onednn, onednn_f32 };
+const char* side_name(Bf16Side s) {
+  switch (s) {
+    case Bf16Side::sgemm: return "sgemm";
+    case Bf16Side::widen: return "widen";
+    case Bf16Side::onednn: return "onednn";
+    case Bf16Side::onednn_f32: return "onednn-f32";
+  }
+  return "";
+}
+
+struct Bf16Operands {
+  Bf16Case c;
+  std::vector<zero::bf16> a, b;
+  std::vector<float> a32, b32, out;
+  explicit Bf16Operands(const Bf16Case& cs)
+      : c(cs), a(std::size_t(cs.m) * cs.k), b(std::size_t(cs.k) * cs.n), out(std::size_t(cs.m) * cs.n) {
+    unsigned x = 6789;
+    for (auto* v : {&a, &b})
+      for (auto& e : *v)
+        e = zero::to_bf16(static_cast<float>((x = x * 1664525u + 1013904223u) >> 8) * 0x1p-24f - 0.5f);
+    for (auto e : a) a32.push_back(zero::to_float(e));
+    for (auto e : b) b32.push_back(zero::to_float(e));
+  }
+  // Row strides of A and B as stored (op(A) m×k, op(B) k×n), packed.
+  std::string run(Bf16Side s) {
+    const int lda = c.ta ? c.m : c.k, ldb = c.tb ? c.k : c.n;
+    switch (s) {
+      case Bf16Side::sgemm:
+        cpu::gemm(c.ta, c.tb, c.m, c.n, c.k, 1.0f, a32.data(), lda, b32.data(), ldb, 0.0f,
+                  out.data(), c.n);
+        return "OpenBLAS " + cpu::blas_core_status().running + ", fp32 inputs";
+      case Bf16Side::widen:
+        cpu::gemm_bf16_widen(c.ta, c.tb, c.m, c.n, c.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
+                             out.data(), c.n);
+        return "fp32 widen + OpenBLAS " + cpu::blas_core_status().running;
+      case Bf16Side::onednn:
+        return cpu::gemm_bf16_onednn(c.ta, c.tb, c.m, c.n, c.k, 1.0f, a.data(), lda, b.data(),
+                                     ldb, 0.0f, out.data(), c.n);
+      case Bf16Side::onednn_f32:
+        return cpu::gemm_bf16_onednn_f32(c.ta, c.tb, c.m, c.n, c.k, 1.0f, a.data(), lda, b.data(),
+                                         ldb, 0.0f, out.data(), c.n);
+    }
+    return "";
+  }
+};
+
+double measure_bf16(Bf16Operands& o, Bf16Side s, double target_s) {
+  const double flops = 2.0 * o.c.m * o.c.n * o.c.k;
+  int calls = 0;
+  const auto t0 = Clock::now();
+  double t = 0;
+  do {
+    o.run(s);
+    ++calls;
+  } while ((t = seconds_since(t0)) < target_s);
+  return flops * calls / t / 1e9;
+}
+
+struct Bf16Series {
+  std::string impl;  // per case: what ran
+  std::vector<double> gflops, ratio;
+};
+
+// --bf16: each rep is the peak, every case on every side (the sides' order flips on odd reps,
+// so neither always runs on a warmer cache or clock), the peak again; the ratio uses their mean.
+int run_bf16(const PeakKernel& k, const Options& o) {
+  std::vector<Bf16Side> sides{Bf16Side::sgemm, Bf16Side::widen};
+  const cpu::OnednnBf16Probe& probe = cpu::onednn_bf16_probe();
+  if (!probe.impl.empty()) sides.push_back(Bf16Side::onednn);
+  sides.push_back(Bf16Side::onednn_f32);
+  std::vector<Bf16Operands> ops;
+  for (const auto& c : bf16_cases()) ops.emplace_back(c);
+  std::map<std::pair<int, int>, Bf16Series> series;  // (case, side)
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    for (Bf16Side s : sides) series[{int(i), int(s)}].impl = ops[i].run(s);  // warm up, JIT
+  for (int rep = 0; rep < o.reps; ++rep) {
+    const double p0 = measure_peak(k, 0.2);
+    std::map<std::pair<int, int>, double> g;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      std::vector<Bf16Side> order = sides;
+      if (rep % 2) std::reverse(order.begin(), order.end());
+      for (Bf16Side s : order)
+        g[{int(i), int(s)}] = measure_bf16(ops[i], s, ops[i].c.m >= 1024 ? 0.5 : 0.3);
+    }
+    const double peak = 0.5 * (p0 + measure_peak(k, 0.2));
+    for (auto& [key, v] : g) {
+      series[key].gflops.push_back(v);
+      series[key].ratio.push_back(v / peak);
+    }
+  }
+  const cpu::GemmBf16Info info = cpu::gemm_bf16_info();
+  std::printf("gemm_bench --bf16: 1 thread, %d reps (each: peak, every case on every side, peak);"
+              " peak by %s\n", o.reps, k.name);
+  std::printf("  the peak is the fp32 FMA peak: %s\n",
+              __builtin_cpu_supports("avx512bf16")
+                  ? "this CPU also has AVX512-BF16 dot products (vdpbf16ps: 2 products per fp32 "
+                    "lane), which the ratio does not credit"
+                  : "this CPU has no bf16 FMA, so bf16 products run on the fp32 FMA units");
+  std::printf("  oneDNN %s, ISA %s, bf16 matmul: %s\n", probe.version.c_str(), probe.isa.c_str(),
+              probe.impl.empty() ? ("none (" + probe.error + ")").c_str() : probe.impl.c_str());
+  std::printf("  gemm_bf16 in this process: %s; %s\n", info.name.c_str(), info.reason.c_str());
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    for (Bf16Side s : sides) {
+      const Bf16Series& r = series.at({int(i), int(s)});
+      std::printf("bf16 %-24s %-10s GFLOP/s min %6.1f median %6.1f   of peak min %.3f median %.3f"
+                  "   (%s)\n",
+                  ops[i].c.label.c_str(), side_name(s), quantile(r.gflops, false),
+                  quantile(r.gflops, true), quantile(r.ratio, false), quantile(r.ratio, true),
+                  r.impl.c_str());
+    }
+  if (!o.json.empty()) {
+    std::ofstream f(o.json);
+    f << "{\"bench\":\"gemm_bf16\",\"onednn\":\"" << probe.version << "\",\"onednn_isa\":\""
+      << probe.isa << "\",\"onednn_bf16_impl\":\"" << probe.impl << "\",\"chosen\":\""
+      << info.name << "\",\"peak_kernel\":\"" << k.name << "\",\"reps\":" << o.reps
+      << ",\"rows\":[";
+    bool first = true;
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      for (Bf16Side s : sides) {
+        const Bf16Series& r = series.at({int(i), int(s)});
+        f << (first ? "" : ",") << "{\"case\":\"" << ops[i].c.label << "\",\"side\":\""
+          << side_name(s) << "\",\"impl\":\"" << r.impl << "\",\"gflops\":{\"min\":"
+          << quantile(r.gflops, false) << ",\"median\":" << quantile(r.gflops, true)
+          << "},\"ratio_to_peak\":{\"min\":" << quantile(r.ratio, false)
+          << ",\"median\":" << quantile(r.ratio, true) << "}}";
+        first = false;
+      }
+    f << "]}\n";
+    if (!f) {
+      std::cerr << "gemm_bench: could not write " << o.json << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -261,6 +425,8 @@ int main(int argc, char** argv) {
       if (o.json.empty()) return usage("--json needs a file name");
     } else if (a == "--compare") {
       o.compare = true;
+    } else if (a == "--bf16") {
+      o.bf16 = true;
     } else if (a == "--child") {
       o.child = true;
     } else if (a == "-h" || a == "--help") {
@@ -273,6 +439,11 @@ int main(int argc, char** argv) {
   if (!k.run) {
     std::cerr << "gemm_bench: this CPU has neither AVX-512 nor AVX2+FMA; no peak to compare\n";
     return 77;
+  }
+  if (o.bf16) {
+    if (o.compare) return usage("--bf16 measures this process's kernels; it does not combine "
+                                "with --compare");
+    return run_bf16(k, o);
   }
   std::vector<Series> series;
   if (o.compare) {

@@ -1,12 +1,37 @@
 // `zero info [--json]`: the build and the machine, for bug reports and cluster checks.
+#include <boost/json.hpp>
 #include <boost/program_options.hpp>
 #include <iostream>
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
 #include "zero/zero.hpp"
 
 namespace zero::cli {
+namespace {
+
+// The BF16 GEMM's backend (kernels/cpu/gemm_bf16.hpp) as one more row after the BLAS rows, and as
+// gemm_bf16* keys in the JSON. A bad ZERO_GEMM_BF16 makes gemm_bf16_info throw: zero info then
+// fails with that sentence, as a training run would.
+std::string with_gemm_bf16_row(std::string text, const kernels::cpu::GemmBf16Info& g) {
+  const std::string row = "  BF16 GEMM     " + g.name + "; " + g.reason + '\n';
+  const std::size_t simd = text.find("\n  SIMD");
+  text.insert(simd == std::string::npos ? text.size() : simd + 1, row);
+  return text;
+}
+
+std::string with_gemm_bf16_keys(const std::string& json, const kernels::cpu::GemmBf16Info& g) {
+  boost::json::object o = boost::json::parse(json).as_object();
+  o["gemm_bf16"] = g.name;
+  o["gemm_bf16_backend"] = std::string(kernels::cpu::name_of(g.backend));
+  o["gemm_bf16_reason"] = g.reason;
+  o["onednn_version"] = g.onednn_version;
+  o["onednn_bf16_impl"] = g.onednn_impl;
+  return boost::json::serialize(o);
+}
+
+}  // namespace
 
 int cmd_info(const Args& argv) {
   namespace po = boost::program_options;
@@ -18,7 +43,9 @@ int cmd_info(const Args& argv) {
     return 0;
   }
   BuildInfo info = build_info();
-  std::cout << (vm.count("json") ? to_json(info) + "\n" : to_text(info));
+  const kernels::cpu::GemmBf16Info gemm_bf16 = kernels::cpu::gemm_bf16_info();
+  std::cout << (vm.count("json") ? with_gemm_bf16_keys(to_json(info), gemm_bf16) + "\n"
+                                 : with_gemm_bf16_row(to_text(info), gemm_bf16));
   return 0;
 }
 

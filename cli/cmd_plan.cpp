@@ -383,14 +383,23 @@ int cmd_plan(const Args& argv) {
       throw Error(cat("--hidden ", shape.hidden, " is not a multiple of --heads ", shape.heads));
     in.units = gpt_units(shape);
     hidden = shape.hidden;
-    in.activation_bytes = gpt_activation_bytes(shape, working_dtype(in.precision));
+    // What zero's GPT trainer (models/gpt, `zero train --model gpt`) holds, exactly, for the
+    // shapes it trains (tied head, no recomputation; bf16 compute with bf16 params, else fp32);
+    // Korthikanti et al.'s estimate for the others.
+    const bool ours = shape.tied_embeddings && !shape.recompute;
+    in.activation_bytes =
+        ours ? gpt_trainer_activation_bytes(
+                   shape, in.precision == Precision::bf16 ? DType::bf16 : DType::f32)
+             : gpt_activation_bytes(shape, working_dtype(in.precision));
+    in.tied_head = shape.tied_embeddings;
     in.model_name = vm.count("preset") ? preset : "gpt";
     model_text = cat(
         in.model_name, ", ", human_count(count_params(in.units)), " params in ", in.units.size(),
         " units: ", shape.layers, " layers, hidden ", shape.hidden, ", ", shape.heads,
         " heads, ffn ", shape.ffn_hidden ? shape.ffn_hidden : 4 * shape.hidden, ", vocab ",
         shape.vocab, shape.tied_embeddings ? " (tied)" : " (untied)", ", seq ", shape.seq_len,
-        ", micro-batch ", shape.micro_batch, shape.recompute ? ", recompute" : "");
+        ", micro-batch ", shape.micro_batch, shape.recompute ? ", recompute" : "",
+        ours ? "; activations: zero's GPT trainer" : "; activations: Korthikanti et al. (2022)");
   } else {
     throw Error(
         "no model: give --params COUNT, --preset NAME (see --list-presets) or "

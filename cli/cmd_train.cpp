@@ -14,14 +14,17 @@
 #include <iostream>
 #include <limits>
 #include <optional>
+#include <sstream>
 
 #include "cli/commands.hpp"
 #include "cli/fill_auto.hpp"
 #include "cli/launch.hpp"
 #include "cli/options.hpp"
+#include "cli/train_model.hpp"
 #include "cli/train_report.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "kernels/cpu/blas_core.hpp"
+#include "kernels/cpu/peak.hpp"
 #include "kernels/cuda/device.hpp"
 #include "models/mlp.hpp"
 #include "zero/zero.hpp"
@@ -78,6 +81,8 @@ bool use_gpu(const std::string& device) {
 // by this process, not by every rank).
 struct Flags {
   std::string model = "mlp", precision, reduce, config_file, json_file, device = "auto", seed;
+  std::string preset = "gpt-nano", data, compute;  // the GPT's
+  std::string plot_file;
   int ranks = 1, stage = 0;
   std::int64_t steps = 20, accum = 1, global_batch = 64, micro_batch = 1, log_every = 1;
   std::int64_t reduce_bucket = 0, allgather_bucket = 0;
@@ -88,7 +93,10 @@ struct Flags {
 
 struct Run {
   Config config;
-  models::MlpShape shape;
+  bool gpt = false;
+  models::MlpShape shape;  // the MLP's (its seed and global batch serve the GPT too)
+  GptShape gpt_shape;      // micro_batch set once the batch is resolved
+  models::GptCompute compute = models::GptCompute::bf16;
   std::int64_t steps = 20, log_every = 1, micro = 1, accum = 1;
   double timeout = 600;
 };
@@ -124,7 +132,30 @@ std::uint64_t parse_seed(const std::string& text) {
 
 // The flags alone, before any file is read.
 void check_flags(const Flags& f, const boost::program_options::variables_map& vm) {
-  if (f.model != "mlp") throw Error(cat("--model: only 'mlp' is available, got '", f.model, "'"));
+  if (f.model != "mlp" && f.model != "gpt")
+    throw Error(cat("--model: expected mlp or gpt, got '", f.model, "'"));
+  if (f.model == "gpt") {
+    if (f.data.empty())
+      throw Error("--model gpt needs --data FILE: a token file (llm.c's .bin shards or nanoGPT's "
+                  "train.bin; `zero data TEXT --out PREFIX` makes one from a text file)");
+    if (!gpt_preset(f.preset))
+      throw Error(cat("--preset: unknown '", f.preset, "'; known: ", [] {
+        std::string all;
+        for (const auto& n : gpt_preset_names()) all += (all.empty() ? "" : ", ") + n;
+        return all;
+      }()));
+    if (f.device == "cuda")
+      throw Error("--model gpt: the GPT's GPU path is not built yet; use --device cpu");
+    if (vm.count("compute") && f.compute != "bf16" && f.compute != "fp32")
+      throw Error(cat("--compute: expected bf16 or fp32, got '", f.compute, "'"));
+    for (const char* mlp_only : {"layers", "width"})
+      if (!vm[mlp_only].defaulted())
+        throw Error(cat("--", mlp_only, " shapes the MLP; the GPT's shape comes from --preset"));
+  } else {
+    for (const char* gpt_only : {"data", "compute"})
+      if (vm.count(gpt_only)) throw Error(cat("--", gpt_only, " is for --model gpt"));
+    if (!vm["preset"].defaulted()) throw Error("--preset is for --model gpt");
+  }
   if (f.device != "auto" && f.device != "cpu" && f.device != "cuda")
     throw Error(cat("--device: expected cpu, cuda or auto, got '", f.device, "'"));
   if (vm.count("ranks")) require_at_least("--ranks", f.ranks, 1);
@@ -159,6 +190,7 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
   if (vm.count("config") && f.config_file.empty())
     throw Error("--config: the file name is empty");
   if (vm.count("json") && f.json_file.empty()) throw Error("--json: the file name is empty");
+  if (vm.count("plot") && f.plot_file.empty()) throw Error("--plot: the file name is empty");
 }
 
 // Available host memory in bytes (MemAvailable), or nullopt where it cannot be read.
@@ -182,7 +214,17 @@ void check_host_memory(const Run& run, int world, int ranks_here, bool on_gpu) {
   const std::int64_t w = run.shape.width, b = run.micro;
   std::int64_t per_rank = 0;
   try {
-    if (on_gpu) {
+    if (run.gpt) {
+      GptShape g = run.gpt_shape;
+      g.micro_batch = static_cast<int>(b);
+      PlanInput in = plan_input_from_config(run.config, world);
+      in.units = gpt_units(g);
+      in.activation_bytes = gpt_trainer_activation_bytes(
+          g, run.compute == models::GptCompute::bf16 ? DType::bf16 : DType::f32);
+      in.tied_head = true;
+      in.device = false;
+      per_rank = plan_memory(in).peak_total;
+    } else if (on_gpu) {
       per_rank = checked_mul(checked_mul(2 * w, b, "the sample buffers"), 4, "the sample buffers");
     } else {
       PlanInput in = plan_input_from_config(run.config, world);
@@ -250,7 +292,20 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
     config.gradient_accumulation_steps = f.accum;
     config.accumulation_given = true;
   }
-  if (!config.train_batch_size && !config.micro_batch_given) config.train_batch_size = 64;
+  run.gpt = f.model == "gpt";
+  // zero train's default global batch: 64 samples of the MLP, 16 sequences of the GPT.
+  if (!config.train_batch_size && !config.micro_batch_given)
+    config.train_batch_size = run.gpt ? 16 : 64;
+  if (run.gpt) {
+    run.gpt_shape = *gpt_preset(f.preset);
+    run.compute = vm.count("compute") ? (f.compute == "bf16" ? models::GptCompute::bf16
+                                                             : models::GptCompute::fp32)
+                  : config.precision == Precision::bf16 ? models::GptCompute::bf16
+                                                        : models::GptCompute::fp32;
+    if (run.compute == models::GptCompute::bf16 && config.precision != Precision::bf16)
+      throw Error(cat("--compute bf16 needs bf16 parameters, but the run trains in ",
+                      name_of(config.precision), "; use --compute fp32 or --precision bf16"));
+  }
   run.shape.layers = f.layers;
   run.shape.width = f.width;
   run.shape.seed = vm.count("seed")  ? parse_seed(f.seed)
@@ -270,6 +325,12 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   run.micro = config.train_micro_batch_size_per_gpu;
   run.accum = config.gradient_accumulation_steps;
   run.shape.global_batch = *config.train_batch_size;
+  if (run.gpt) {
+    if (run.micro > std::numeric_limits<int>::max())
+      throw Error(cat("train_micro_batch_size_per_gpu: ", run.micro, " sequences is too many"));
+    run.gpt_shape.micro_batch = static_cast<int>(run.micro);
+    models::check_gpt_shape(run.gpt_shape);
+  }
   // Sample indices run to steps x global batch.
   checked_mul(run.steps, run.shape.global_batch, "--steps x the global batch");
   return run;
@@ -282,7 +343,15 @@ int cmd_train(const Args& argv) {
   Flags f;
   po::options_description opts("zero train options");
   opts.add_options()
-      ("model", po::value(&f.model)->default_value("mlp"), "model to train (mlp)")
+      ("model", po::value(&f.model)->default_value("mlp"),
+       "model to train: mlp (a synthetic teacher) or gpt (GPT-2's architecture on a token file)")
+      ("preset", po::value(&f.preset)->default_value("gpt-nano"),
+       "the GPT's shape (`zero plan --list-presets`; gpt-micro and gpt-nano are byte-level)")
+      ("data", po::value(&f.data),
+       "the GPT's token file: an llm.c shard (.bin, header 20240520) or nanoGPT's train.bin")
+      ("compute", po::value(&f.compute),
+       "the GPT's math: bf16 (GEMM inputs and kept activations in bf16, fp32 accumulation; the "
+       "default with bf16 params) or fp32")
       ("device", po::value(&f.device)->default_value("auto"),
        "cpu (MPI, host memory), cuda (one GPU per rank, NCCL, cuBLASLt) or auto: cuda when every "
        "rank on a node has a GPU of its own, else cpu")
@@ -320,6 +389,7 @@ int cmd_train(const Args& argv) {
        "comm_timeout, 600)")
       ("config", po::value(&f.config_file), "DeepSpeed-style JSON config file")
       ("json", po::value(&f.json_file), "write a JSON summary to this file")
+      ("plot", po::value(&f.plot_file), "write the loss against the step to this SVG file")
       ("log-every", po::value(&f.log_every),
        "print the loss every this many steps (default 1, or the config's steps_per_print)")
       ("help,h", "show this help");
@@ -334,9 +404,20 @@ int cmd_train(const Args& argv) {
   double timeout = 0;
   {
     const Run early = resolve_run(f, vm, asked);
+    if (early.gpt && !in_mpi_job()) {  // a bad token file is said once, before ranks start
+      const models::TokenFile file(f.data);
+      file.check_vocab(early.gpt_shape.vocab);
+      (void)models::TokenSampler(file, early.gpt_shape.seq_len, 0);
+    }
     if (asked > 0 && !in_mpi_job() && (f.device == "cpu" || !ZERO_HAVE_CUDA))
       check_host_memory(early, asked, asked, false);
     timeout = early.timeout;
+  }
+  // The GPT's MFU is against the cores' FMA peak, measured here while no rank runs (ranks
+  // sharing cores would measure each other) and handed to the ranks.
+  if (f.model == "gpt" && asked > 1 && !in_mpi_job() && !std::getenv("ZERO_FMA_PEAK")) {
+    const kernels::cpu::FmaPeak peak = kernels::cpu::measure_fma_peak(0.2);
+    ::setenv("ZERO_FMA_PEAK", cat(peak.flops, " ", peak.kernel).c_str(), 1);
   }
   if (asked > 0) ensure_ranks(asked, argv);
 
@@ -374,16 +455,18 @@ int cmd_train(const Args& argv) {
                    "-n 2 or more to see it shard\n";
   }
 
+  std::unique_ptr<TrainModel> model =
+      run.gpt ? make_gpt_model(run.gpt_shape, run.compute, f.preset, f.data, shape.seed, accum, n)
+              : make_mlp_model(shape, micro, accum, where);
   EngineOptions eo;
   eo.memory = where;
-  Engine engine(config, *world, models::mlp_units(shape), eo);
-  engine.init_params([&](int p, std::span<float> out) { models::mlp_init(shape, p, out); });
-  models::MlpTrainer trainer(shape, micro, where);
+  Engine engine(config, *world, model->units(), eo);
+  engine.init_params([&](int p, std::span<float> out) { model->init(p, out); });
   const Layout& layout = engine.layout();
   if (rank == 0)
-    std::printf("zero train: mlp %d x %d (%lld params), stage %d, %d rank%s on %s, %s, reduce %s, "
+    std::printf("zero train: %s (%lld params), stage %d, %d rank%s on %s, %s, reduce %s, "
                 "global batch %lld = %d x %lld micro-batches x %lld\n",
-                shape.layers, shape.width, static_cast<long long>(layout.numel), config.zero.stage, n,
+                model->describe().c_str(), static_cast<long long>(layout.numel), config.zero.stage, n,
                 n == 1 ? "" : "s", on_gpu ? "cuda (NCCL)" : "cpu (MPI)", std::string(name_of(config.precision)).c_str(),
                 std::string(name_of(reduce_dtype(config.precision, config.communication_data_type))).c_str(),
                 static_cast<long long>(global_batch), n, static_cast<long long>(accum),
@@ -392,12 +475,16 @@ int cmd_train(const Args& argv) {
   engine.reset_comm_accounting();
   double loss = 0, first_loss = 0;
   std::int64_t skipped = 0;
-  StepClock clock(trainer, engine, steps);
+  StepClock clock(*model, engine, steps);
+  const double tokens_per_step = static_cast<double>(global_batch * model->tokens_per_sample());
   const auto t0 = std::chrono::steady_clock::now();
+  // On a terminal a progress bar with the ETA sits under the step lines; plain lines otherwise.
+  const char* tty = std::getenv("ZERO_STDOUT_TTY");
+  const bool bar = rank == 0 && (tty ? std::string_view(tty) == "1" : isatty(STDOUT_FILENO) == 1);
   for (std::int64_t s = 0; s < steps; ++s) {
     double local = 0;
     for (std::int64_t k = 0; k < accum; ++k)
-      local += trainer.micro_batch(engine, s * global_batch + rank * (global_batch / n) + k * micro);
+      local += model->micro_batch(engine, s, k, rank, n);
     StepReport rep = engine.step();
     skipped += rep.skipped;
     const auto reduce_at = std::chrono::steady_clock::now();
@@ -405,13 +492,23 @@ int cmd_train(const Args& argv) {
     const double loss_wait =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_at).count();
     loss = local / (static_cast<double>(n) * accum);
-    clock.step_done(s, loss, rep.grad_norm, loss_wait);
+    const double step_seconds = clock.step_done(s, loss, rep.grad_norm, loss_wait);
     if (s == 0) first_loss = loss;
+    if (bar) std::printf("\r\033[K");
     if (rank == 0 && (s % log_every == 0 || s + 1 == steps))
-      std::printf("step %4lld  loss %.6f  grad-norm %.4f  lr %.3g%s%s\n", static_cast<long long>(s + 1),
+      std::printf("step %4lld  loss %.6f  grad-norm %.4f  lr %.3g%s%s%s\n", static_cast<long long>(s + 1),
                   loss, rep.grad_norm, rep.lr,
+                  model->tokens_per_sample() > 1
+                      ? cat("  ", static_cast<long long>(tokens_per_step / step_seconds), " tok/s  ",
+                            std::llround(1e3 * step_seconds), " ms").c_str()
+                      : "",
                   config.precision == Precision::fp16 ? ("  scale " + std::to_string(static_cast<long long>(rep.loss_scale))).c_str() : "",
                   rep.skipped ? "  (skipped)" : "");
+    if (bar && s + 1 < steps) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("%s", progress_line(s + 1, steps, elapsed, loss).c_str());
+      std::fflush(stdout);
+    }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const comm::Accounting acct = engine.comm_accounting();
@@ -424,7 +521,29 @@ int cmd_train(const Args& argv) {
     return b / static_cast<std::uint64_t>(steps);
   };
   const bool grouped = engine.settings_shard_size() < n || by_group.secondary[comm::Op::all_gather].calls > 0;
-  const Throughput throughput = clock.result(global_batch);
+  Throughput throughput = clock.result(global_batch, model->tokens_per_sample());
+  if (model->flops_per_token() > 0 && !on_gpu && rank == 0) {
+    // MFU against the measured fp32 FMA peak of the cores the ranks run on (one core a rank,
+    // at most the cores of this node): the bound a CPU GEMM reaches, bf16 or not, on a CPU
+    // without bf16 FMA units (docs/gpt.md). Measured by the launcher before the ranks started;
+    // in a job started by mpirun or srun, here, while the other ranks may still be running.
+    kernels::cpu::FmaPeak peak;
+    std::string kernel;
+    if (const char* given = std::getenv("ZERO_FMA_PEAK")) {
+      std::istringstream in(given);
+      in >> peak.flops;
+      std::getline(in >> std::ws, kernel);
+      peak.kernel = kernel;
+    } else {
+      peak = kernels::cpu::measure_fma_peak(0.1);
+    }
+    const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    const long used = std::min<long>(cores, n);
+    throughput.flops_per_token = model->flops_per_token();
+    throughput.peak_flops = peak.flops * static_cast<double>(used);
+    throughput.peak_source = cat(peak.kernel, " peak of ", used, " core", used == 1 ? "" : "s",
+                                 ", measured");
+  }
   // Memory of every rank, gathered to all (each rank's ledger is its own); read before the
   // checksum, whose gathers are inspection, not training.
   const MemoryReport mem = engine.memory();
@@ -435,9 +554,10 @@ int cmd_train(const Args& argv) {
 
   // What the planner predicted for this very run, beside what the ledger measured (rank 0's).
   PlanInput plan_in = plan_input_from_config(config, n);
-  plan_in.units = models::mlp_units(shape);
-  plan_in.activation_bytes = models::mlp_activation_bytes(shape, micro);
-  plan_in.model_name = "mlp";
+  plan_in.units = model->units();
+  plan_in.activation_bytes = model->activation_bytes();
+  plan_in.tied_head = model->tied_head();
+  plan_in.model_name = model->kind();
   plan_in.device = on_gpu;
   const Plan plan = plan_memory(plan_in);
   struct Row {
@@ -492,6 +612,12 @@ int cmd_train(const Args& argv) {
     print_throughput(throughput, human_bytes);
   }
 
+  if (rank == 0 && !f.plot_file.empty()) {
+    std::ofstream out(f.plot_file);
+    out << loss_svg(throughput.history, cat("zero train: ", model->describe(), ", stage ",
+                                            config.zero.stage, ", ", n, n == 1 ? " rank" : " ranks"));
+    if (!out) throw Error(cat("--plot: cannot write ", f.plot_file));
+  }
   if (rank == 0 && !f.json_file.empty()) {
     boost::json::array memory;
     for (int r = 0; r < n; ++r) {
@@ -503,7 +629,7 @@ int cmd_train(const Args& argv) {
     auto per_step = [&](comm::Op op) { return acct[op].payload_bytes / static_cast<std::uint64_t>(steps); };
     auto wire = [&](comm::Op op) { return acct[op].wire_bytes / static_cast<std::uint64_t>(steps); };
     boost::json::object j{
-        {"model", "mlp"},
+        {"model", model->kind()},
         {"stage", config.zero.stage},
         {"ranks", n},
         {"steps", steps},

@@ -13,5 +13,6 @@ int cmd_info(const Args& argv);
 int cmd_comm_check(const Args& argv);
 int cmd_train(const Args& argv);
 int cmd_plan(const Args& argv);
+int cmd_data(const Args& argv);
 
 }  // namespace zero::cli

@@ -130,6 +130,8 @@ void ensure_ranks(int ranks, const std::vector<std::string>& argv) {
   // the abort 6-7 s (3 in 10 failure-path test runs here); each rank prints its own instead.
   ::setenv("OMPI_MCA_orte_base_help_aggregate", "0", 0);
   ::setenv("ZERO_RELAUNCHED", "1", 1);
+  // Under mpirun a rank's stdout is a pseudo-terminal even when ours is a pipe: say which.
+  ::setenv("ZERO_STDOUT_TTY", ::isatty(STDOUT_FILENO) ? "1" : "0", 1);
 
   // -q: without it mpirun adds its banners ("MPI_ABORT was invoked on rank 0...", "Primary job
   // terminated normally, but 1 process returned a non-zero exit code...") under the one line
@@ -138,10 +140,11 @@ void ensure_ranks(int ranks, const std::vector<std::string>& argv) {
   if (static_cast<unsigned>(ranks) > std::thread::hardware_concurrency())
     args.push_back("--oversubscribe");
   // OpenBLAS reads it once, at load, on every node: ranks on other nodes get it only if passed.
-  if (env("OPENBLAS_CORETYPE")) {
-    args.push_back("-x");
-    args.push_back("OPENBLAS_CORETYPE");
-  }
+  for (const char* var : {"OPENBLAS_CORETYPE", "ZERO_STDOUT_TTY", "ZERO_FMA_PEAK"})
+    if (env(var)) {
+      args.push_back("-x");
+      args.push_back(var);
+    }
   args.push_back(self);
   args.insert(args.end(), argv.begin() + 1, argv.end());
 

@@ -32,6 +32,8 @@ constexpr Command kCommands[] = {
     {"train", zero::cli::cmd_train, "train the reference model at a ZeRO stage on N ranks"},
     {"plan", zero::cli::cmd_plan,
      "memory per rank at each stage, before running; what fits a budget (no ranks started)"},
+    {"data", zero::cli::cmd_data,
+     "turn a text file into byte-level tokens (llm.c shards) for the GPT trainer"},
 };
 
 void usage(std::ostream& out) {

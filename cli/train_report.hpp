@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "models/mlp.hpp"
+#include "cli/train_model.hpp"
 #include "zero/zero.hpp"
 
 namespace zero::cli {
@@ -32,6 +32,14 @@ struct StepRecord {
 struct Throughput {
   std::int64_t steps = 0, measured_steps = 0;
   double samples_per_second = 0;
+  double tokens_per_second = 0;   // samples/s x tokens per sample (the GPT's; 0 for the MLP)
+  double flops_per_token = 0;     // model FLOPs per token of a training step (0: not reported)
+  double peak_flops = 0;          // what MFU is measured against: the ranks' cores' measured
+                                  // fp32 FMA peak on the CPU (0: unknown)
+  std::string peak_source;        // how peak_flops was found, for the report
+  double mfu() const {
+    return peak_flops > 0 ? tokens_per_second * flops_per_token / peak_flops : 0;
+  }
   StepSplit step;            // means over the measured steps
   comm::Accounting collectives;  // totals over the measured steps
   std::vector<StepRecord> history;  // every step, the first included
@@ -40,21 +48,21 @@ struct Throughput {
 // Reads the trainer's and the engine's clocks around each step of a training loop.
 class StepClock {
  public:
-  StepClock(const models::MlpTrainer& trainer, const Engine& engine, std::int64_t steps);
+  StepClock(const TrainModel& model, const Engine& engine, std::int64_t steps);
   // After step s (from 0) has ended; loss_wait: seconds the loop spent in its loss all-reduce.
   // Returns the step's seconds.
   double step_done(std::int64_t s, double loss, double grad_norm, double loss_wait);
-  Throughput result(std::int64_t global_batch) const;
+  Throughput result(std::int64_t global_batch, std::int64_t tokens_per_sample = 1) const;
 
  private:
   struct Reading {
     std::chrono::steady_clock::time_point at;
-    models::MlpTrainer::Times trainer;
+    TrainerTimes trainer;
     EngineStats engine;
   };
   Reading read() const;
 
-  const models::MlpTrainer& trainer_;
+  const TrainModel& model_;
   const Engine& engine_;
   std::int64_t steps_;
   Reading last_;
@@ -62,6 +70,12 @@ class StepClock {
   comm::Accounting after_first_;
   std::vector<StepRecord> history_;
 };
+
+// The loss against the step (--plot FILE.svg): hand-written SVG, no plotting library.
+std::string loss_svg(const std::vector<StepRecord>& history, const std::string& title);
+
+// A progress line for a terminal: "[=====>    ] 12/100  0:12 elapsed, ETA 1:24  loss 2.3100".
+std::string progress_line(std::int64_t done, std::int64_t total, double elapsed, double loss);
 
 // The report's lines (rank 0 prints them after the summary), and its --json keys.
 void print_throughput(const Throughput& t, std::string (*human_bytes)(double));

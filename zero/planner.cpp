@@ -71,17 +71,21 @@ constexpr std::int64_t kMaxTensors = 2'000'000;
 // --- models ----------------------------------------------------------------------------------
 
 std::optional<GptShape> gpt_preset(std::string_view name) {
-  auto gpt = [](int layers, int hidden, int heads, int seq) {
+  auto gpt = [](int layers, int hidden, int heads, int seq, std::int64_t vocab = 50257) {
     GptShape s;
     s.layers = layers;
     s.hidden = hidden;
     s.heads = heads;
     s.seq_len = seq;
+    s.vocab = vocab;
     return s;
   };
   // GPT-2 (Radford et al. 2019) and the GPT-3 paper's Table 2.1 (Brown et al. 2020). The 13B
   // row's d_model is printed as 5140 there, which 40 heads do not divide; 5120 is what was meant.
+  // gpt-micro and gpt-nano: byte-level (vocab 256) models that train on 2 CPU cores in a minute
+  // (`zero data` makes their token files), for tests and the README's run.
   static const std::map<std::string, GptShape, std::less<>> presets = {
+      {"gpt-micro", gpt(2, 64, 4, 64, 256)},    {"gpt-nano", gpt(4, 128, 4, 128, 256)},
       {"gpt2-small", gpt(12, 768, 12, 1024)},   {"gpt2-medium", gpt(24, 1024, 16, 1024)},
       {"gpt2-large", gpt(36, 1280, 20, 1024)},  {"gpt2-xl", gpt(48, 1600, 25, 1024)},
       {"gpt3-125m", gpt(12, 768, 12, 2048)},    {"gpt3-350m", gpt(24, 1024, 16, 2048)},
@@ -95,8 +99,9 @@ std::optional<GptShape> gpt_preset(std::string_view name) {
 }
 
 std::vector<std::string> gpt_preset_names() {
-  return {"gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl",   "gpt3-125m", "gpt3-350m",
-          "gpt3-760m",  "gpt3-1.3b",   "gpt3-2.7b",  "gpt3-6.7b", "gpt3-13b",  "gpt3-175b"};
+  return {"gpt-micro", "gpt-nano",  "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl",
+          "gpt3-125m", "gpt3-350m", "gpt3-760m",  "gpt3-1.3b",   "gpt3-2.7b",  "gpt3-6.7b",
+          "gpt3-13b",  "gpt3-175b"};
 }
 
 namespace {
@@ -186,6 +191,46 @@ std::int64_t gpt_activation_bytes(const GptShape& s, DType work) {
                        "hidden ", s.hidden, ", seq ", s.seq_len, ", micro-batch ", s.micro_batch,
                        ") would need ", total, " bytes per rank, more than 2^63 - 1 (8 EiB)"));
   return static_cast<std::int64_t>(std::llround(total));
+}
+
+std::int64_t gpt_trainer_activation_bytes(const GptShape& s, DType compute) {
+  check_gpt(s);
+  if (compute != DType::f32 && compute != DType::bf16)
+    throw Error(cat("the GPT trainer computes in fp32 or bf16, not ", name_of(compute)));
+  using I = __int128;  // exact; every term is a product of a few int-sized factors
+  const I N = I{s.micro_batch} * s.seq_len, T = s.seq_len, C = s.hidden, V = s.vocab,
+          L = s.layers, H = s.heads, F = s.ffn_hidden > 0 ? s.ffn_hidden : 4 * I{s.hidden};
+  const bool half = compute == DType::bf16;
+  const I act = half ? 2 : 4;  // bytes of a kept activation
+  // Kept for backward, in the compute dtype: the embedding output, per block ln1, qkv, the
+  // attention output, the residual after attention, ln2, the fc output and its GELU, the block
+  // output; ln_f; and one projection output reused by every layer before its residual add.
+  const I kept = act * N * (C + L * (8 * C + 2 * F) + 2 * C);
+  // fp32: per block two LayerNorms' mean and rstd and the attention probabilities
+  // [B, heads, T, T]; ln_f's statistics; the logits [N, V] (overwritten by their gradient).
+  const I stats = 4 * (L * (4 * N + I{s.micro_batch} * H * T * T) + 2 * N + N * V);
+  // Backward, fp32: the residual stream's gradient, an LN output's gradient, d(qkv), d(fc).
+  const I backward = 4 * N * (5 * C + F);
+  // One unit's parameters widened to fp32 (fp32 mode: every tensor of the largest unit; bf16
+  // mode: only its 1-D tensors, the GEMM weights being used as they are) and its fp32
+  // gradients; the embeddings' gradients have their own buffer, held from the head's backward
+  // to the embeddings' (the tied weight's two parts summed in fp32 before the engine sees it).
+  const I block = 4 * C * C + 2 * F * C + 9 * C + F, block_small = 9 * C + F;
+  const I embed = (V + T) * C;
+  const I widened = 4 * (half ? block_small : std::max(block, embed));
+  const I grads = 4 * (embed + block);
+  // Op scratch: fp32 GEMM outputs before the bias and the rounding (bf16 mode), one sequence's
+  // widened q, k, v with its output or d(att) (attention); bf16 copies of a gradient entering a
+  // GEMM (bf16 mode: a linear layer's output gradient, or the logits' [N, V]).
+  const I wide_out = std::max(3 * C, F);
+  const I floats = std::max(half ? N * wide_out : I{0}, T * 3 * C + T * std::max(C, T));
+  const I halves = half ? std::max(N * wide_out, N * V) : I{0};
+  const I total = kept + stats + backward + widened + grads + 4 * floats + 2 * halves;
+  if (total > I{std::numeric_limits<std::int64_t>::max()})
+    throw TooLarge(cat("too large to plan: the GPT trainer's buffers for ", s.layers, " layers, "
+                       "hidden ", s.hidden, ", seq ", s.seq_len, ", micro-batch ", s.micro_batch,
+                       " would need more than 2^63 - 1 bytes per rank"));
+  return static_cast<std::int64_t>(total);
 }
 
 std::int64_t count_params(const std::vector<UnitSpec>& units) {
@@ -403,6 +448,10 @@ EngineRun run_engine(const PlanInput& in, Config c, int world_ranks) {
       for (int u = 0; u < nu; ++u) {
         e.gather(u);
         e.release(u);
+      }
+      if (in.tied_head) {  // the output head reads the token embedding of unit 0
+        e.gather(0);
+        e.release(0);
       }
       for (int u = nu - 1; u >= 0; --u) {
         e.gather(u);

@@ -49,6 +49,14 @@ std::int64_t count_params(const std::vector<UnitSpec>& units);
 // 2·s·b·h with full recomputation (+ one block's full set while it is recomputed); plus the
 // logits (4·s·b·V fp32 for the loss). Documented term by term in docs/memory.md.
 std::int64_t gpt_activation_bytes(const GptShape& shape, DType work_dtype);
+// The bytes zero's reference GPT trainer (models/gpt.hpp) holds per rank for one micro-batch,
+// exactly: every activation it keeps for backward (compute_dtype: bf16 or fp32), its fp32
+// LayerNorm statistics, attention probabilities and logits, its backward buffers, the widened
+// parameters and gradients of one unit (and the tied embedding's gradient, kept across the
+// backward) and its op scratch. Term by term in docs/memory.md; the trainer checks that its
+// buffers add up to this. Less than gpt_activation_bytes's estimate for the same shape is
+// expected: no dropout masks, one buffer per tensor, attention's probabilities only.
+std::int64_t gpt_trainer_activation_bytes(const GptShape& shape, DType compute_dtype);
 
 // A bare parameter count cut into `units` units of (nearly) equal size, for a model given only
 // by its size. Throws zero::Error for a count < 1 or units < 1 or units > count.
@@ -60,6 +68,9 @@ enum class Offload { none, cpu };                 // optimizer offload (DeepSpee
 struct PlanInput {
   std::vector<UnitSpec> units;       // the model (gpt_units, uniform_units or the trainer's own)
   std::int64_t activation_bytes = 0; // the trainer's activations per rank (device), at their peak
+  // The trainer's call order has a tied output head (models/gpt): after the forward pass it
+  // gathers unit 0 (the token embedding) once more and releases it, before the backward pass.
+  bool tied_head = false;
   std::string model_name;            // for reports ("gpt3-1.3b", "7.5e9 params", "mlp 4x512")
   int ranks = 1;                     // N: data-parallel ranks
   int ranks_per_node = 1;            // for reports and hierarchical sharding

@@ -154,7 +154,7 @@ TEST_CASE("GPT shapes: parameter counts of known models, and activations") {
   CHECK(count(*gpt_preset("gpt2-xl")) == 1'557'611'200);    // gpt2-xl
   CHECK(count(*gpt_preset("gpt3-175b")) == Approx(174.6e9).epsilon(0.01));
   CHECK_FALSE(gpt_preset("gpt5").has_value());
-  CHECK(gpt_preset_names().size() == 12);
+  CHECK(gpt_preset_names().size() == 14);
   for (const auto& n : gpt_preset_names()) CHECK(gpt_preset(n).has_value());
 
   GptShape s = *gpt_preset("gpt3-1.3b");

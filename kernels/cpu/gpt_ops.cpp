@@ -1,0 +1,324 @@
+// The GPT's CPU operations (kernels/cpu/gpt_ops.hpp). GEMMs go to the BLAS (fp32) or to the bf16
+// GEMM (bf16 x bf16 -> fp32); the rest are plain loops over kernels/gpt_math.hpp.
+#include "kernels/cpu/gpt_ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
+#include "kernels/gpt_math.hpp"
+
+namespace zero::kernels::cpu::gpt {
+namespace {
+
+float ld(float x) { return x; }
+float ld(bf16 x) { return to_float(x); }
+template <class T>
+T st(float x) {
+  if constexpr (std::is_same_v<T, float>)
+    return x;
+  else
+    return to_bf16(x);
+}
+
+// C = alpha · op(A) · op(B) + beta · C on either storage type (fp32 accumulation both ways).
+void gemm_t(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda,
+            const float* b, int ldb, float beta, float* c, int ldc) {
+  gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void gemm_t(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* a, int lda,
+            const bf16* b, int ldb, float beta, float* c, int ldc) {
+  gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// An fp32 gradient as a GEMM operand of type T: itself, or rounded to bf16 in scratch.
+template <class T>
+const T* as_operand(const float* x, std::size_t n, Scratch& scratch) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    bf16* h = scratch.h(n);
+    for (std::size_t i = 0; i < n; ++i) h[i] = to_bf16(x[i]);
+    return h;
+  }
+}
+
+}  // namespace
+
+float* Scratch::f(std::size_t n) {
+  if (floats.size() < n) floats.resize(n);
+  return floats.data();
+}
+bf16* Scratch::h(std::size_t n) {
+  if (halves.size() < n) halves.resize(n);
+  return halves.data();
+}
+
+template <class T>
+void embedding_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe, int N,
+                       int seq, int C) {
+  for (int n = 0; n < N; ++n) {
+    const T* e = wte + static_cast<std::int64_t>(tokens[n]) * C;
+    const T* p = wpe + static_cast<std::int64_t>(n % seq) * C;
+    T* o = out + static_cast<std::int64_t>(n) * C;
+    for (int c = 0; c < C; ++c) o[c] = st<T>(ld(e[c]) + ld(p[c]));
+  }
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                        int N, int seq, int C) {
+  for (int n = 0; n < N; ++n) {
+    const float* d = dout + static_cast<std::int64_t>(n) * C;
+    float* e = dwte + static_cast<std::int64_t>(tokens[n]) * C;
+    float* p = dwpe + static_cast<std::int64_t>(n % seq) * C;
+    for (int c = 0; c < C; ++c) {
+      e[c] += d[c];
+      p[c] += d[c];
+    }
+  }
+}
+
+template <class T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const float* w,
+                       const float* b, int N, int C) {
+  for (int n = 0; n < N; ++n) {
+    const T* x = inp + static_cast<std::int64_t>(n) * C;
+    float m = 0;
+    for (int c = 0; c < C; ++c) m += ld(x[c]);
+    m /= static_cast<float>(C);
+    float v = 0;
+    for (int c = 0; c < C; ++c) {
+      const float d = ld(x[c]) - m;
+      v += d * d;
+    }
+    v /= static_cast<float>(C);
+    const float r = 1.0f / std::sqrt(v + kLayerNormEps);
+    T* o = out + static_cast<std::int64_t>(n) * C;
+    for (int c = 0; c < C; ++c)
+      o[c] = st<T>(layernorm_affine(layernorm_normalized(ld(x[c]), m, r), w[c], b[c]));
+    mean[n] = m;
+    rstd[n] = r;
+  }
+}
+
+template <class T>
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const T* inp,
+                        const float* w, const float* mean, const float* rstd, int N, int C) {
+  for (int n = 0; n < N; ++n) {
+    const std::int64_t row = static_cast<std::int64_t>(n) * C;
+    const T* x = inp + row;
+    const float* d = dout + row;
+    float sum_dnorm = 0, sum_dnorm_norm = 0;
+    for (int c = 0; c < C; ++c) {
+      const float norm = layernorm_normalized(ld(x[c]), mean[n], rstd[n]);
+      const float dnorm = w[c] * d[c];
+      sum_dnorm += dnorm;
+      sum_dnorm_norm += dnorm * norm;
+    }
+    const float mean_dnorm = sum_dnorm / static_cast<float>(C);
+    const float mean_dnorm_norm = sum_dnorm_norm / static_cast<float>(C);
+    float* dx = dinp + row;
+    for (int c = 0; c < C; ++c) {
+      const float norm = layernorm_normalized(ld(x[c]), mean[n], rstd[n]);
+      db[c] += d[c];
+      dw[c] += norm * d[c];
+      dx[c] += layernorm_input_grad(w[c] * d[c], norm, rstd[n], mean_dnorm, mean_dnorm_norm);
+    }
+  }
+}
+
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* weight, const float* bias, int N, int C,
+                    int OC, Scratch& scratch) {
+  const std::int64_t count = static_cast<std::int64_t>(N) * OC;
+  if constexpr (std::is_same_v<T, float>) {
+    for (int n = 0; n < N; ++n) std::memcpy(out + static_cast<std::int64_t>(n) * OC, bias, sizeof(float) * OC);
+    gemm_t(false, true, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC);
+  } else {
+    float* acc = scratch.f(static_cast<std::size_t>(count));
+    gemm_t(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, acc, OC);
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < OC; ++o) {
+        const std::int64_t i = static_cast<std::int64_t>(n) * OC + o;
+        out[i] = st<T>(bias[o] + acc[i]);
+      }
+  }
+}
+
+template <class T>
+void matmul_backward(float* dinp, bool accumulate, float* dweight, float* dbias,
+                     const float* dout, const T* inp, const T* weight, int N, int C, int OC,
+                     Scratch& scratch) {
+  const T* d = as_operand<T>(dout, static_cast<std::size_t>(N) * OC, scratch);
+  gemm_t(false, false, N, C, OC, 1.0f, d, OC, weight, C, accumulate ? 1.0f : 0.0f, dinp, C);
+  gemm_t(true, false, OC, C, N, 1.0f, d, OC, inp, C, 0.0f, dweight, C);
+  std::fill(dbias, dbias + OC, 0.0f);
+  for (int n = 0; n < N; ++n) {
+    const float* row = dout + static_cast<std::int64_t>(n) * OC;
+    for (int o = 0; o < OC; ++o) dbias[o] += row[o];
+  }
+}
+
+namespace {
+
+// One sequence's q, k, v [T, 3C] as fp32: the stored values themselves, or widened from bf16
+// into scratch (exact), so attention's small GEMMs are fp32 GEMMs of the same products.
+template <class T>
+const float* sequence_qkv(const T* qkv, int seq, int C, float* widened) {
+  if constexpr (std::is_same_v<T, float>) {
+    (void)seq, (void)C, (void)widened;
+    return qkv;
+  } else {
+    const std::int64_t n = static_cast<std::int64_t>(seq) * 3 * C;
+    for (std::int64_t i = 0; i < n; ++i) widened[i] = to_float(qkv[i]);
+    return widened;
+  }
+}
+
+}  // namespace
+
+template <class T>
+void attention_forward(T* out, float* att, const T* qkv, int B, int seq, int C, int NH,
+                       Scratch& scratch) {
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const std::int64_t tt = static_cast<std::int64_t>(seq) * seq;
+  float* buf = scratch.f(static_cast<std::size_t>(seq) * C3 + static_cast<std::size_t>(seq) * C);
+  float* widened = buf;
+  float* y = buf + static_cast<std::int64_t>(seq) * C3;  // one sequence's output, fp32
+  for (int b = 0; b < B; ++b) {
+    const float* s = sequence_qkv(qkv + static_cast<std::int64_t>(b) * seq * C3, seq, C, widened);
+    for (int h = 0; h < NH; ++h) {
+      const float* q = s + h * hs;
+      const float* k = s + C + h * hs;
+      const float* v = s + 2 * C + h * hs;
+      float* a = att + (static_cast<std::int64_t>(b) * NH + h) * tt;
+      gemm(false, true, seq, seq, hs, scale, q, C3, k, C3, 0.0f, a, seq);
+      for (int t = 0; t < seq; ++t) {  // causal softmax of row t over keys 0..t
+        float* row = a + static_cast<std::int64_t>(t) * seq;
+        float mx = row[0];
+        for (int j = 1; j <= t; ++j) mx = std::max(mx, row[j]);
+        float sum = 0;
+        for (int j = 0; j <= t; ++j) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
+        }
+        const float inv = 1.0f / sum;
+        for (int j = 0; j <= t; ++j) row[j] *= inv;
+        for (int j = t + 1; j < seq; ++j) row[j] = 0.0f;
+      }
+      gemm(false, false, seq, hs, seq, 1.0f, a, seq, v, C3, 0.0f, y + h * hs, C);
+    }
+    T* o = out + static_cast<std::int64_t>(b) * seq * C;
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(seq) * C; ++i) o[i] = st<T>(y[i]);
+  }
+}
+
+template <class T>
+void attention_backward(float* dqkv, const float* dout, const T* qkv, const float* att, int B,
+                        int seq, int C, int NH, Scratch& scratch) {
+  const int hs = C / NH, C3 = 3 * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const std::int64_t tt = static_cast<std::int64_t>(seq) * seq;
+  float* buf = scratch.f(static_cast<std::size_t>(seq) * C3 + static_cast<std::size_t>(tt));
+  float* widened = buf;
+  float* datt = buf + static_cast<std::int64_t>(seq) * C3;
+  for (int b = 0; b < B; ++b) {
+    const float* s = sequence_qkv(qkv + static_cast<std::int64_t>(b) * seq * C3, seq, C, widened);
+    const float* dy = dout + static_cast<std::int64_t>(b) * seq * C;
+    float* dseq = dqkv + static_cast<std::int64_t>(b) * seq * C3;
+    for (int h = 0; h < NH; ++h) {
+      const float* q = s + h * hs;
+      const float* k = s + C + h * hs;
+      const float* v = s + 2 * C + h * hs;
+      const float* a = att + (static_cast<std::int64_t>(b) * NH + h) * tt;
+      const float* dyh = dy + h * hs;
+      // datt = dy vᵀ; dv = attᵀ dy
+      gemm(false, true, seq, seq, hs, 1.0f, dyh, C, v, C3, 0.0f, datt, seq);
+      gemm(true, false, seq, hs, seq, 1.0f, a, seq, dyh, C, 0.0f, dseq + 2 * C + h * hs, C3);
+      for (int t = 0; t < seq; ++t) {  // through the softmax, row by row (causal part only)
+        const float* p = a + static_cast<std::int64_t>(t) * seq;
+        float* d = datt + static_cast<std::int64_t>(t) * seq;
+        float dot = 0;
+        for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
+        for (int j = 0; j <= t; ++j) d[j] = softmax_input_grad(p[j], d[j], dot);
+        for (int j = t + 1; j < seq; ++j) d[j] = 0.0f;
+      }
+      // dq = dpre k · scale; dk = dpreᵀ q · scale
+      gemm(false, false, seq, hs, seq, scale, datt, seq, k, C3, 0.0f, dseq + h * hs, C3);
+      gemm(true, false, seq, hs, seq, scale, datt, seq, q, C3, 0.0f, dseq + C + h * hs, C3);
+    }
+  }
+}
+
+template <class T>
+void gelu_forward(T* out, const T* inp, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = st<T>(gelu_element(ld(inp[i])));
+}
+
+template <class T>
+void gelu_backward(float* dinp, const T* inp, const float* dout, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dinp[i] = gelu_backward_element(ld(inp[i]), dout[i]);
+}
+
+template <class T>
+void residual_forward(T* out, const T* a, const T* b, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = st<T>(ld(a[i]) + ld(b[i]));
+}
+
+template <class T>
+void logits_forward(float* logits, const T* inp, const T* wte, int N, int C, int V) {
+  gemm_t(false, true, N, V, C, 1.0f, inp, C, wte, C, 0.0f, logits, V);
+}
+
+template <class T>
+void logits_backward(float* dinp, float* dwte, const float* dlogits, const T* inp, const T* wte,
+                     int N, int C, int V, Scratch& scratch) {
+  const T* d = as_operand<T>(dlogits, static_cast<std::size_t>(N) * V, scratch);
+  gemm_t(false, false, N, C, V, 1.0f, d, V, wte, C, 0.0f, dinp, C);
+  gemm_t(true, false, V, C, N, 1.0f, d, V, inp, C, 0.0f, dwte, C);
+}
+
+double crossentropy_forward_backward(float* logits, const std::int32_t* targets, int N, int V,
+                                     float grad_scale) {
+  double loss = 0;
+  for (int n = 0; n < N; ++n) {
+    float* row = logits + static_cast<std::int64_t>(n) * V;
+    float mx = row[0];
+    for (int v = 1; v < V; ++v) mx = std::max(mx, row[v]);
+    float sum = 0;
+    for (int v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
+    const int y = targets[n];
+    loss += static_cast<double>(std::log(sum)) + static_cast<double>(mx) - row[y];
+    const float inv = 1.0f / sum;
+    for (int v = 0; v < V; ++v) row[v] = std::exp(row[v] - mx) * inv * grad_scale;
+    row[y] -= grad_scale;
+  }
+  return loss;
+}
+
+#define ZERO_GPT_OPS(T)                                                                           \
+  template void embedding_forward<T>(T*, const std::int32_t*, const T*, const T*, int, int, int); \
+  template void layernorm_forward<T>(T*, float*, float*, const T*, const float*, const float*,    \
+                                     int, int);                                                   \
+  template void layernorm_backward<T>(float*, float*, float*, const float*, const T*,             \
+                                      const float*, const float*, const float*, int, int);        \
+  template void matmul_forward<T>(T*, const T*, const T*, const float*, int, int, int, Scratch&); \
+  template void matmul_backward<T>(float*, bool, float*, float*, const float*, const T*,          \
+                                   const T*, int, int, int, Scratch&);                            \
+  template void attention_forward<T>(T*, float*, const T*, int, int, int, int, Scratch&);         \
+  template void attention_backward<T>(float*, const float*, const T*, const float*, int, int,     \
+                                      int, int, Scratch&);                                        \
+  template void gelu_forward<T>(T*, const T*, std::int64_t);                                      \
+  template void gelu_backward<T>(float*, const T*, const float*, std::int64_t);                   \
+  template void residual_forward<T>(T*, const T*, const T*, std::int64_t);                      \
+  template void logits_forward<T>(float*, const T*, const T*, int, int, int);                     \
+  template void logits_backward<T>(float*, float*, const float*, const T*, const T*, int, int,    \
+                                   int, Scratch&);
+ZERO_GPT_OPS(float)
+ZERO_GPT_OPS(bf16)
+#undef ZERO_GPT_OPS
+
+}  // namespace zero::kernels::cpu::gpt

@@ -1,0 +1,79 @@
+// The FMA peak loop (kernels/cpu/peak.hpp).
+#include "kernels/cpu/peak.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace zero::kernels::cpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// 16 independent accumulators cover a 4-cycle latency on two FMA ports with room to spare;
+// acc = acc * a + b converges (a < 1), so no overflow or denormals slow it down.
+constexpr int kAcc = 16;
+
+__attribute__((target("avx512f"))) float fma_avx512(long iters) {
+  __m512 acc[kAcc];
+  for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_set1_ps(0.001f * static_cast<float>(j));
+  const __m512 a = _mm512_set1_ps(0.9999f), b = _mm512_set1_ps(1e-4f);
+  for (long i = 0; i < iters; ++i)
+    for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+  __m512 s = acc[0];
+  for (int j = 1; j < kAcc; ++j) s = _mm512_add_ps(s, acc[j]);
+  float out[16];
+  _mm512_storeu_ps(out, s);
+  float t = 0;
+  for (float v : out) t += v;
+  return t;
+}
+
+constexpr int kAcc2 = 12;  // of 16 ymm registers, leaving a and b
+
+__attribute__((target("avx2,fma"))) float fma_avx2(long iters) {
+  __m256 acc[kAcc2];
+  for (int j = 0; j < kAcc2; ++j) acc[j] = _mm256_set1_ps(0.001f * static_cast<float>(j));
+  const __m256 a = _mm256_set1_ps(0.9999f), b = _mm256_set1_ps(1e-4f);
+  for (long i = 0; i < iters; ++i)
+    for (int j = 0; j < kAcc2; ++j) acc[j] = _mm256_fmadd_ps(acc[j], a, b);
+  __m256 s = acc[0];
+  for (int j = 1; j < kAcc2; ++j) s = _mm256_add_ps(s, acc[j]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  float t = 0;
+  for (float v : out) t += v;
+  return t;
+}
+
+volatile float g_sink;
+
+}  // namespace
+
+FmaPeak measure_fma_peak(double seconds) {
+  float (*run)(long) = nullptr;
+  double per_iter = 0;
+  FmaPeak out;
+  if (__builtin_cpu_supports("avx512f")) {
+    run = fma_avx512, per_iter = kAcc * 16 * 2.0, out.kernel = "avx512 fma";
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    run = fma_avx2, per_iter = kAcc2 * 8 * 2.0, out.kernel = "avx2 fma";
+  } else {
+    out.kernel = "none";
+    return out;
+  }
+  long iters = 1 << 16;
+  for (;;) {
+    const auto t0 = Clock::now();
+    g_sink = run(iters);
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (t >= seconds) {
+      out.flops = per_iter * static_cast<double>(iters) / t;
+      return out;
+    }
+    iters = static_cast<long>(static_cast<double>(iters) * std::max(2.0, 1.2 * seconds / std::max(t, 1e-9)));
+  }
+}
+
+}  // namespace zero::kernels::cpu
