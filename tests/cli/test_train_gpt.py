@@ -40,7 +40,9 @@ with tempfile.TemporaryDirectory() as tmp:
     runs = {}
     for stage in ("0", "3"):
         js = os.path.join(tmp, f"s{stage}.json")
-        r = zero(*base, "--stage", stage, "--steps", "25", "--log-every", "5", "--json", js)
+        svg = os.path.join(tmp, f"s{stage}.svg")
+        r = zero(*base, "--stage", stage, "--steps", "25", "--log-every", "5", "--json", js,
+                 "--plot", svg)
         check(f"stage {stage}: trains", r.returncode == 0, r.stdout + r.stderr)
         if r.returncode != 0:
             finish()
@@ -48,6 +50,13 @@ with tempfile.TemporaryDirectory() as tmp:
             runs[stage] = (r.stdout, json.load(f))
 
     out, j = runs["3"]
+    with open(os.path.join(tmp, "s3.svg")) as f:
+        svg = f.read()
+    points = re.search(r"<polyline[^>]*points='([^']*)'", svg)
+    check("--plot writes an SVG with the loss at every step",
+          svg.startswith("<svg") and points is not None and len(points.group(1).split()) == 25,
+          svg[:300])
+    check("without a terminal there is no progress bar", "ETA" not in out and "\r" not in out, out)
     check("the header names the GPT, its shape and the data file",
           "gpt gpt-micro (2 layers, hidden 64, 4 heads, seq 64, vocab 256" in out and data in out,
           out)
@@ -72,6 +81,28 @@ with tempfile.TemporaryDirectory() as tmp:
     check("stage 0 and stage 3 give the same weights",
           runs["0"][1]["params_checksum"] == j["params_checksum"],
           (runs["0"][1]["params_checksum"], j["params_checksum"]))
+
+    # On a terminal: a progress bar with the elapsed time and the ETA under the step lines.
+    import pty
+    master, slave = pty.openpty()
+    p = subprocess.Popen([ZERO, *base, "--steps", "6", "--log-every", "100"], stdout=slave,
+                         stderr=subprocess.PIPE, env=user_env())
+    os.close(slave)
+    tty_out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        tty_out += chunk
+    p.wait(timeout=120)
+    os.close(master)
+    tty_text = tty_out.decode(errors="replace")
+    check("on a terminal a progress bar shows steps done, elapsed time and the ETA",
+          p.returncode == 0 and re.search(r"\[=+>? *\] \d+/6 +\d+:\d\d elapsed, ETA \d+:\d\d",
+                                          tty_text) is not None, tty_text[-600:])
 
     # Bad input: one sentence each, naming what is wrong.
     r = zero("train", "--model", "gpt", "--preset", "gpt-micro")
