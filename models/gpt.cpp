@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kernels/cpu/gpt_ops.hpp"
+#include "models/common.hpp"
 
 namespace zero::models {
 namespace ops = kernels::cpu::gpt;
@@ -33,15 +34,8 @@ void check_gpt_shape(const GptShape& s) {
 
 namespace {
 
-// A counter-based generator: the value depends only on (seed, stream, index).
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 double uniform01(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {  // (0, 1]
-  const std::uint64_t h = mix(mix(seed * 0x100000001b3ull + stream) ^ index);
+  const std::uint64_t h = detail::hash(seed, stream, index);
   return (static_cast<double>(h >> 11) + 1.0) / 9007199254740992.0;
 }
 // A standard normal by Box-Muller from two uniforms of the same counter.
@@ -54,22 +48,8 @@ bool ends_with(const std::string& s, std::string_view tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-void to_f32(const TensorView& t, float* out) {
-  switch (t.dtype) {
-    case DType::f32: std::memcpy(out, t.data, static_cast<std::size_t>(t.numel) * 4); break;
-    case DType::bf16: convert(t.as<const bf16>(), std::span(out, t.numel)); break;
-    case DType::f16: convert(t.as<const fp16>(), std::span(out, t.numel)); break;
-    default: throw Error("GPT parameters must be fp32, bf16 or fp16");
-  }
-}
-void from_f32(const float* in, const TensorView& t) {
-  switch (t.dtype) {
-    case DType::f32: std::memcpy(t.data, in, static_cast<std::size_t>(t.numel) * 4); break;
-    case DType::bf16: convert(std::span(in, t.numel), t.as<bf16>()); break;
-    case DType::f16: convert(std::span(in, t.numel), t.as<fp16>()); break;
-    default: throw Error("GPT gradients must be fp32, bf16 or fp16");
-  }
-}
+void to_f32(const TensorView& t, float* out) { detail::view_to_f32(t, out, "GPT"); }
+void from_f32(const float* in, const TensorView& t) { detail::f32_to_view(in, t, "GPT"); }
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }

@@ -1,6 +1,8 @@
 // The reference MLP: data, teacher, forward and backward on OpenBLAS, driven through the engine.
 #include "models/mlp.hpp"
 
+#include "models/common.hpp"
+
 
 #include <algorithm>
 #include <chrono>
@@ -11,37 +13,15 @@
 namespace zero::models {
 namespace {
 
-// A counter-based generator: the value depends only on (seed, stream, index), so every rank
-// and every rank count sees the same weights and the same samples.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 float uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {  // [-1, 1)
-  std::uint64_t h = mix(mix(seed * 0x100000001b3ull + stream) ^ index);
+  const std::uint64_t h = detail::hash(seed, stream, index);
   return static_cast<float>(static_cast<double>(h >> 40) / static_cast<double>(1ull << 23) - 1.0);
 }
 
 constexpr std::uint64_t kTeacherStream = 1u << 20, kDataStream = 1u << 21;
 
-void to_f32(const TensorView& t, float* out) {
-  switch (t.dtype) {
-    case DType::f32: std::memcpy(out, t.data, static_cast<std::size_t>(t.numel) * 4); break;
-    case DType::bf16: convert(t.as<const bf16>(), std::span(out, t.numel)); break;
-    case DType::f16: convert(t.as<const fp16>(), std::span(out, t.numel)); break;
-    default: throw Error("MLP parameters must be fp32, bf16 or fp16");
-  }
-}
-void from_f32(const float* in, const TensorView& t) {
-  switch (t.dtype) {
-    case DType::f32: std::memcpy(t.data, in, static_cast<std::size_t>(t.numel) * 4); break;
-    case DType::bf16: convert(std::span(in, t.numel), t.as<bf16>()); break;
-    case DType::f16: convert(std::span(in, t.numel), t.as<fp16>()); break;
-    default: throw Error("MLP gradients must be fp32, bf16 or fp16");
-  }
-}
+void to_f32(const TensorView& t, float* out) { detail::view_to_f32(t, out, "MLP"); }
+void from_f32(const float* in, const TensorView& t) { detail::f32_to_view(in, t, "MLP"); }
 
 }  // namespace
 

@@ -1,6 +1,8 @@
 // Token files (mmap, format detection, the checks), the sampler's permutation and the shard writer.
 #include "models/tokens.hpp"
 
+#include "models/common.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -38,13 +40,7 @@ struct Fd {
   }
 };
 
-// splitmix64's finaliser: a counter-based hash, so the order depends only on (seed, epoch).
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+using detail::mix;  // splitmix64's finaliser: the order depends only on (seed, epoch)
 
 // The first position whose token is >= vocab, or -1. A chunk's maximum (which vectorises) is
 // taken first, and only a chunk that holds an offender is searched element by element.
