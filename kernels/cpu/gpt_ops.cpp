@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/gemm_bf16.hpp"
 #include "kernels/gpt_math.hpp"
@@ -43,6 +44,14 @@ const T* as_operand(const float* x, std::size_t n, Scratch& scratch) {
     for (std::size_t i = 0; i < n; ++i) h[i] = to_bf16(x[i]);
     return h;
   }
+}
+
+// row[j] = e^(row[j] - shift) for j < n, vectorised (the sum that follows is a fixed-order
+// scalar loop).
+void exp_shifted(float* row, int n, float shift) {
+  detail::dispatch(best_path(), [&]() ZERO_LOOP {
+    for (int j = 0; j < n; ++j) row[j] = exp_element(row[j] - shift);
+  });
 }
 
 }  // namespace
@@ -200,11 +209,9 @@ void attention_forward(T* out, float* att, const T* qkv, int B, int seq, int C, 
         float* row = a + static_cast<std::int64_t>(t) * seq;
         float mx = row[0];
         for (int j = 1; j <= t; ++j) mx = std::max(mx, row[j]);
+        exp_shifted(row, t + 1, mx);
         float sum = 0;
-        for (int j = 0; j <= t; ++j) {
-          row[j] = std::exp(row[j] - mx);
-          sum += row[j];
-        }
+        for (int j = 0; j <= t; ++j) sum += row[j];
         const float inv = 1.0f / sum;
         for (int j = 0; j <= t; ++j) row[j] *= inv;
         for (int j = t + 1; j < seq; ++j) row[j] = 0.0f;
@@ -253,19 +260,27 @@ void attention_backward(float* dqkv, const float* dout, const T* qkv, const floa
   }
 }
 
+// The element-wise loops run on the widest SIMD path (kernels/cpu/dispatch.hpp): the same
+// source and the same bits on each, since vectorising reorders nothing.
 template <class T>
 void gelu_forward(T* out, const T* inp, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] = st<T>(gelu_element(ld(inp[i])));
+  detail::dispatch(best_path(), [&]() ZERO_LOOP {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = st<T>(gelu_element(ld(inp[i])));
+  });
 }
 
 template <class T>
 void gelu_backward(float* dinp, const T* inp, const float* dout, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) dinp[i] = gelu_backward_element(ld(inp[i]), dout[i]);
+  detail::dispatch(best_path(), [&]() ZERO_LOOP {
+    for (std::int64_t i = 0; i < n; ++i) dinp[i] = gelu_backward_element(ld(inp[i]), dout[i]);
+  });
 }
 
 template <class T>
 void residual_forward(T* out, const T* a, const T* b, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] = st<T>(ld(a[i]) + ld(b[i]));
+  detail::dispatch(best_path(), [&]() ZERO_LOOP {
+    for (std::int64_t i = 0; i < n; ++i) out[i] = st<T>(ld(a[i]) + ld(b[i]));
+  });
 }
 
 template <class T>
@@ -288,12 +303,14 @@ double crossentropy_forward_backward(float* logits, const std::int32_t* targets,
     float* row = logits + static_cast<std::int64_t>(n) * V;
     float mx = row[0];
     for (int v = 1; v < V; ++v) mx = std::max(mx, row[v]);
-    float sum = 0;
-    for (int v = 0; v < V; ++v) sum += std::exp(row[v] - mx);
     const int y = targets[n];
-    loss += static_cast<double>(std::log(sum)) + static_cast<double>(mx) - row[y];
+    const float logit = row[y];
+    exp_shifted(row, V, mx);
+    float sum = 0;
+    for (int v = 0; v < V; ++v) sum += row[v];
+    loss += static_cast<double>(std::log(sum)) + static_cast<double>(mx) - logit;
     const float inv = 1.0f / sum;
-    for (int v = 0; v < V; ++v) row[v] = std::exp(row[v] - mx) * inv * grad_scale;
+    for (int v = 0; v < V; ++v) row[v] = row[v] * inv * grad_scale;
     row[y] -= grad_scale;
   }
   return loss;

@@ -6,6 +6,9 @@
 // Tolerances, as max |ours - reference| / max |reference| over a tensor:
 //   fp32 ops and the fp32 model: 2e-6. torch's own fp32 run is within 3.5e-7 of float64, ours
 //   within 4.5e-7 (seen): it sums in other orders (BLAS blocking, float row sums).
+//   AdamW: three steps, parameters to 2e-5 absolute: torch's own fp32 run differs from float64 by
+//   7.7e-6, ours from torch's by 8.3e-6 (seen; lr 1e-2, and Adam amplifies a near-zero
+//   gradient's error to the lr's scale).
 //   bf16 model: 2e-2 on gradients, 1e-4 on the loss. torch's bf16 autocast run is within 9.1e-3
 //   and 2.6e-6; ours within 1.03e-2 and 8e-6 (seen): it also keeps the residual stream and the
 //   LayerNorm and GELU outputs in bf16, as llm.c does, where autocast keeps them in fp32.
@@ -254,7 +257,7 @@ TEST_CASE("GPT model: loss and every gradient match PyTorch") {
 
 TEST_CASE("GPT model: three AdamW steps match PyTorch's") {
   // torch's AdamW (default, single-tensor) in fp32 against ours (fp32 compute and params): the
-  // loss before each step to 2e-6 relative, the parameters after to 1e-5 absolute (3.4e-6 seen) (the script's
+  // loss before each step to 2e-6 relative, the parameters after to 2e-5 absolute (8.3e-6 seen) (the script's
   // own fp32-vs-fp64 run differs by 7.7e-6 at most; the lr is 1e-2).
   const GptShape shape = reference_shape();
   std::vector<std::string> names;
@@ -276,6 +279,6 @@ TEST_CASE("GPT model: three AdamW steps match PyTorch's") {
     for (std::size_t i = 0; i < ref.size(); ++i)
       worst = std::max(worst, std::abs(static_cast<double>(after[p][i]) - ref[i]));
     INFO(names[p] << ": max |ours - torch| = " << worst);
-    CHECK(worst <= 1e-5);
+    CHECK(worst <= 2e-5);
   }
 }
