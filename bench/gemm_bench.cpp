@@ -11,7 +11,6 @@
 //                                shapes, against the same fp32 FMA peak
 // A weak kernel can be reproduced on a CPU OpenBLAS detects right with OPENBLAS_CORETYPE=Prescott
 // (as the --compare A side). docs/blas.md has the figures.
-#include <immintrin.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +27,7 @@
 
 #include "kernels/cpu/blas_core.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/peak.hpp"
 #include "kernels/cpu/gemm_bf16.hpp"
 
 namespace {
@@ -39,66 +39,20 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// FMA throughput: 16 independent accumulators cover 4-cycle latency on two FMA ports with room
-// to spare; acc = acc*a + b converges (a < 1), so no overflow or denormals slow it down.
-constexpr int kAcc = 16;
-
-__attribute__((target("avx512f"))) float fma_avx512(long iters) {
-  __m512 acc[kAcc];
-  for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_set1_ps(0.001f * static_cast<float>(j));
-  const __m512 a = _mm512_set1_ps(0.9999f), b = _mm512_set1_ps(1e-4f);
-  for (long i = 0; i < iters; ++i)
-    for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
-  __m512 s = acc[0];
-  for (int j = 1; j < kAcc; ++j) s = _mm512_add_ps(s, acc[j]);
-  float out[16];
-  _mm512_storeu_ps(out, s);
-  float t = 0;
-  for (float v : out) t += v;
-  return t;
-}
-
-__attribute__((target("avx2,fma"))) float fma_avx2(long iters) {
-  constexpr int n = 12;  // of 16 ymm registers, leaving a and b
-  __m256 acc[n];
-  for (int j = 0; j < n; ++j) acc[j] = _mm256_set1_ps(0.001f * static_cast<float>(j));
-  const __m256 a = _mm256_set1_ps(0.9999f), b = _mm256_set1_ps(1e-4f);
-  for (long i = 0; i < iters; ++i)
-    for (int j = 0; j < n; ++j) acc[j] = _mm256_fmadd_ps(acc[j], a, b);
-  __m256 s = acc[0];
-  for (int j = 1; j < n; ++j) s = _mm256_add_ps(s, acc[j]);
-  float out[8];
-  _mm256_storeu_ps(out, s);
-  float t = 0;
-  for (float v : out) t += v;
-  return t;
-}
-
+// The FMA peak loop is kernels/cpu/peak.hpp's (the one `zero train` measures MFU against).
 struct PeakKernel {
   const char* name;
-  float (*run)(long);
-  double flops_per_iter;
+  bool available;
 };
 
 PeakKernel peak_kernel() {
-  if (__builtin_cpu_supports("avx512f")) return {"avx512 fma", fma_avx512, kAcc * 16 * 2.0};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    return {"avx2 fma", fma_avx2, 12 * 8 * 2.0};
-  return {"none", nullptr, 0};
+  static const std::string name(cpu::measure_fma_peak(1e-3).kernel);
+  return {name.c_str(), name != "none"};
 }
 
-volatile float g_sink;
-
 // GFLOP/s of the FMA loop over about `target_s` seconds.
-double measure_peak(const PeakKernel& k, double target_s) {
-  long iters = 1 << 20;
-  for (;;) {
-    const auto t0 = Clock::now();
-    g_sink = k.run(iters);
-    const double t = seconds_since(t0);
-    if (t >= target_s) return k.flops_per_iter * static_cast<double>(iters) / t / 1e9;
-    iters = static_cast<long>(static_cast<double>(iters) * std::max(2.0, 1.2 * target_s / t));
-  }
+double measure_peak(const PeakKernel&, double target_s) {
+  return cpu::measure_fma_peak(target_s).flops / 1e9;
 }
 
 struct Matrices {
@@ -146,7 +100,8 @@ struct Options {
 
 int usage(const char* why) {
   if (why) std::cerr << "gemm_bench: " << why << "\n";
-  std::cerr << "usage: gemm_bench [--reps N] [--sizes 512,2048] [--json FILE] [--compare | --bf16]\n";
+  std::cerr
+      << "usage: gemm_bench [--reps N] [--sizes 512,2048] [--json FILE] [--compare | --bf16]\n";
   return why ? 2 : 0;
 }
 
@@ -266,10 +221,14 @@ const std::vector<Bf16Case>& bf16_cases() {
 enum class Bf16Side { sgemm, widen, onednn, onednn_f32 };
 const char* side_name(Bf16Side s) {
   switch (s) {
-    case Bf16Side::sgemm: return "sgemm";
-    case Bf16Side::widen: return "widen";
-    case Bf16Side::onednn: return "onednn";
-    case Bf16Side::onednn_f32: return "onednn-f32";
+    case Bf16Side::sgemm:
+      return "sgemm";
+    case Bf16Side::widen:
+      return "widen";
+    case Bf16Side::onednn:
+      return "onednn";
+    case Bf16Side::onednn_f32:
+      return "onednn-f32";
   }
   return "";
 }
@@ -279,11 +238,15 @@ struct Bf16Operands {
   std::vector<zero::bf16> a, b;
   std::vector<float> a32, b32, out;
   explicit Bf16Operands(const Bf16Case& cs)
-      : c(cs), a(std::size_t(cs.m) * cs.k), b(std::size_t(cs.k) * cs.n), out(std::size_t(cs.m) * cs.n) {
+      : c(cs),
+        a(std::size_t(cs.m) * cs.k),
+        b(std::size_t(cs.k) * cs.n),
+        out(std::size_t(cs.m) * cs.n) {
     unsigned x = 6789;
     for (auto* v : {&a, &b})
       for (auto& e : *v)
-        e = zero::to_bf16(static_cast<float>((x = x * 1664525u + 1013904223u) >> 8) * 0x1p-24f - 0.5f);
+        e = zero::to_bf16(static_cast<float>((x = x * 1664525u + 1013904223u) >> 8) * 0x1p-24f -
+                          0.5f);
     for (auto e : a) a32.push_back(zero::to_float(e));
     for (auto e : b) b32.push_back(zero::to_float(e));
   }
@@ -300,8 +263,8 @@ struct Bf16Operands {
                              out.data(), c.n);
         return "fp32 widen + OpenBLAS " + cpu::blas_core_status().running;
       case Bf16Side::onednn:
-        return cpu::gemm_bf16_onednn(c.ta, c.tb, c.m, c.n, c.k, 1.0f, a.data(), lda, b.data(),
-                                     ldb, 0.0f, out.data(), c.n);
+        return cpu::gemm_bf16_onednn(c.ta, c.tb, c.m, c.n, c.k, 1.0f, a.data(), lda, b.data(), ldb,
+                                     0.0f, out.data(), c.n);
       case Bf16Side::onednn_f32:
         return cpu::gemm_bf16_onednn_f32(c.ta, c.tb, c.m, c.n, c.k, 1.0f, a.data(), lda, b.data(),
                                          ldb, 0.0f, out.data(), c.n);
@@ -339,6 +302,7 @@ int run_bf16(const PeakKernel& k, const Options& o) {
   std::map<std::pair<int, int>, Bf16Series> series;  // (case, side)
   for (std::size_t i = 0; i < ops.size(); ++i)
     for (Bf16Side s : sides) series[{int(i), int(s)}].impl = ops[i].run(s);  // warm up, JIT
+  std::vector<double> peaks;
   for (int rep = 0; rep < o.reps; ++rep) {
     const double p0 = measure_peak(k, 0.2);
     std::map<std::pair<int, int>, double> g;
@@ -349,15 +313,19 @@ int run_bf16(const PeakKernel& k, const Options& o) {
         g[{int(i), int(s)}] = measure_bf16(ops[i], s, ops[i].c.m >= 1024 ? 0.5 : 0.3);
     }
     const double peak = 0.5 * (p0 + measure_peak(k, 0.2));
+    peaks.push_back(peak);
     for (auto& [key, v] : g) {
       series[key].gflops.push_back(v);
       series[key].ratio.push_back(v / peak);
     }
   }
   const cpu::GemmBf16Info info = cpu::gemm_bf16_info();
-  std::printf("gemm_bench --bf16: 1 thread, %d reps (each: peak, every case on every side, peak);"
-              " peak by %s\n", o.reps, k.name);
-  std::printf("  the peak is the fp32 FMA peak: %s\n",
+  std::printf(
+      "gemm_bench --bf16: 1 thread, %d reps (each: peak, every case on every side, peak);"
+      " peak by %s\n",
+      o.reps, k.name);
+  std::printf("  peak GFLOP/s min %.1f median %.1f: the fp32 FMA peak; %s\n",
+              quantile(peaks, false), quantile(peaks, true),
               __builtin_cpu_supports("avx512bf16")
                   ? "this CPU also has AVX512-BF16 dot products (vdpbf16ps: 2 products per fp32 "
                     "lane), which the ratio does not credit"
@@ -368,25 +336,27 @@ int run_bf16(const PeakKernel& k, const Options& o) {
   for (std::size_t i = 0; i < ops.size(); ++i)
     for (Bf16Side s : sides) {
       const Bf16Series& r = series.at({int(i), int(s)});
-      std::printf("bf16 %-24s %-10s GFLOP/s min %6.1f median %6.1f   of peak min %.3f median %.3f"
-                  "   (%s)\n",
-                  ops[i].c.label.c_str(), side_name(s), quantile(r.gflops, false),
-                  quantile(r.gflops, true), quantile(r.ratio, false), quantile(r.ratio, true),
-                  r.impl.c_str());
+      std::printf(
+          "bf16 %-24s %-10s GFLOP/s min %6.1f median %6.1f   of peak min %.3f median %.3f"
+          "   (%s)\n",
+          ops[i].c.label.c_str(), side_name(s), quantile(r.gflops, false), quantile(r.gflops, true),
+          quantile(r.ratio, false), quantile(r.ratio, true), r.impl.c_str());
     }
   if (!o.json.empty()) {
     std::ofstream f(o.json);
     f << "{\"bench\":\"gemm_bf16\",\"onednn\":\"" << probe.version << "\",\"onednn_isa\":\""
-      << probe.isa << "\",\"onednn_bf16_impl\":\"" << probe.impl << "\",\"chosen\":\""
-      << info.name << "\",\"peak_kernel\":\"" << k.name << "\",\"reps\":" << o.reps
-      << ",\"rows\":[";
+      << probe.isa << "\",\"onednn_bf16_impl\":\"" << probe.impl << "\",\"chosen\":\"" << info.name
+      << "\",\"peak_kernel\":\"" << k.name
+      << "\",\"peak_gflops\":{\"min\":" << quantile(peaks, false)
+      << ",\"median\":" << quantile(peaks, true) << "},\"reps\":" << o.reps << ",\"rows\":[";
     bool first = true;
     for (std::size_t i = 0; i < ops.size(); ++i)
       for (Bf16Side s : sides) {
         const Bf16Series& r = series.at({int(i), int(s)});
         f << (first ? "" : ",") << "{\"case\":\"" << ops[i].c.label << "\",\"side\":\""
-          << side_name(s) << "\",\"impl\":\"" << r.impl << "\",\"gflops\":{\"min\":"
-          << quantile(r.gflops, false) << ",\"median\":" << quantile(r.gflops, true)
+          << side_name(s) << "\",\"impl\":\"" << r.impl
+          << "\",\"gflops\":{\"min\":" << quantile(r.gflops, false)
+          << ",\"median\":" << quantile(r.gflops, true)
           << "},\"ratio_to_peak\":{\"min\":" << quantile(r.ratio, false)
           << ",\"median\":" << quantile(r.ratio, true) << "}}";
         first = false;
@@ -436,13 +406,15 @@ int main(int argc, char** argv) {
     }
   }
   const PeakKernel k = peak_kernel();
-  if (!k.run) {
+  if (!k.available) {
     std::cerr << "gemm_bench: this CPU has neither AVX-512 nor AVX2+FMA; no peak to compare\n";
     return 77;
   }
   if (o.bf16) {
-    if (o.compare) return usage("--bf16 measures this process's kernels; it does not combine "
-                                "with --compare");
+    if (o.compare)
+      return usage(
+          "--bf16 measures this process's kernels; it does not combine "
+          "with --compare");
     return run_bf16(k, o);
   }
   std::vector<Series> series;

@@ -475,6 +475,28 @@ int cmd_train(const Args& argv) {
   engine.reset_comm_accounting();
   double loss = 0, first_loss = 0;
   std::int64_t skipped = 0;
+  // MFU (the GPT on the CPU) against the measured fp32 FMA peak of the cores the ranks run on
+  // (one core a rank, at most the node's): the bound a CPU GEMM reaches, bf16 or not, on a CPU
+  // without bf16 FMA units (docs/gpt.md). Measured by the launcher before the ranks started; in
+  // a job started by mpirun or srun, here, by rank 0, while the others may be starting up.
+  double peak_flops = 0;
+  std::string peak_source;
+  if (model->flops_per_token() > 0 && !on_gpu && rank == 0) {
+    kernels::cpu::FmaPeak peak;
+    std::string kernel;
+    if (const char* given = std::getenv("ZERO_FMA_PEAK")) {
+      std::istringstream in(given);
+      in >> peak.flops;
+      std::getline(in >> std::ws, kernel);
+      peak.kernel = kernel;
+    } else {
+      peak = kernels::cpu::measure_fma_peak(0.1);
+    }
+    const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    const long used = std::min<long>(cores, n);
+    peak_flops = peak.flops * static_cast<double>(used);
+    peak_source = cat(peak.kernel, " peak of ", used, " core", used == 1 ? "" : "s", ", measured");
+  }
   StepClock clock(*model, engine, steps);
   const double tokens_per_step = static_cast<double>(global_batch * model->tokens_per_sample());
   const auto t0 = std::chrono::steady_clock::now();
@@ -499,8 +521,13 @@ int cmd_train(const Args& argv) {
       std::printf("step %4lld  loss %.6f  grad-norm %.4f  lr %.3g%s%s%s\n", static_cast<long long>(s + 1),
                   loss, rep.grad_norm, rep.lr,
                   model->tokens_per_sample() > 1
-                      ? cat("  ", static_cast<long long>(tokens_per_step / step_seconds), " tok/s  ",
-                            std::llround(1e3 * step_seconds), " ms").c_str()
+                      ? cat("  ", static_cast<long long>(tokens_per_step / step_seconds), " tok/s",
+                            peak_flops > 0
+                                ? cat("  MFU ", std::llround(1e3 * tokens_per_step / step_seconds *
+                                                             model->flops_per_token() / peak_flops) / 10.0,
+                                      "%")
+                                : std::string(),
+                            "  ", std::llround(1e3 * step_seconds), " ms").c_str()
                       : "",
                   config.precision == Precision::fp16 ? ("  scale " + std::to_string(static_cast<long long>(rep.loss_scale))).c_str() : "",
                   rep.skipped ? "  (skipped)" : "");
@@ -522,27 +549,10 @@ int cmd_train(const Args& argv) {
   };
   const bool grouped = engine.settings_shard_size() < n || by_group.secondary[comm::Op::all_gather].calls > 0;
   Throughput throughput = clock.result(global_batch, model->tokens_per_sample());
-  if (model->flops_per_token() > 0 && !on_gpu && rank == 0) {
-    // MFU against the measured fp32 FMA peak of the cores the ranks run on (one core a rank,
-    // at most the cores of this node): the bound a CPU GEMM reaches, bf16 or not, on a CPU
-    // without bf16 FMA units (docs/gpt.md). Measured by the launcher before the ranks started;
-    // in a job started by mpirun or srun, here, while the other ranks may still be running.
-    kernels::cpu::FmaPeak peak;
-    std::string kernel;
-    if (const char* given = std::getenv("ZERO_FMA_PEAK")) {
-      std::istringstream in(given);
-      in >> peak.flops;
-      std::getline(in >> std::ws, kernel);
-      peak.kernel = kernel;
-    } else {
-      peak = kernels::cpu::measure_fma_peak(0.1);
-    }
-    const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-    const long used = std::min<long>(cores, n);
+  if (rank == 0 && peak_flops > 0) {
     throughput.flops_per_token = model->flops_per_token();
-    throughput.peak_flops = peak.flops * static_cast<double>(used);
-    throughput.peak_source = cat(peak.kernel, " peak of ", used, " core", used == 1 ? "" : "s",
-                                 ", measured");
+    throughput.peak_flops = peak_flops;
+    throughput.peak_source = peak_source;
   }
   // Memory of every rank, gathered to all (each rank's ledger is its own); read before the
   // checksum, whose gathers are inspection, not training.

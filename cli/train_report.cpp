@@ -48,7 +48,9 @@ double StepClock::step_done(std::int64_t s, double loss, double grad_norm, doubl
     sum_.total += d.total, sum_.compute += d.compute, sum_.wait += d.wait;
     sum_.optimizer += d.optimizer, sum_.data += d.data;
   }
-  history_.push_back({loss, d.total, grad_norm});
+  StepSplit mine = d;
+  mine.other = std::max(0.0, d.total - (d.compute + d.wait + d.optimizer + d.data));
+  history_.push_back({loss, d.total, grad_norm, mine});
   return d.total;
 }
 
@@ -198,7 +200,12 @@ void add_throughput_json(boost::json::object& j, const Throughput& t) {
     history.push_back({{"step", static_cast<std::int64_t>(i + 1)},
                        {"loss", t.history[i].loss},
                        {"seconds", t.history[i].seconds},
-                       {"grad_norm", t.history[i].grad_norm}});
+                       {"grad_norm", t.history[i].grad_norm},
+                       {"compute", t.history[i].split.compute},
+                       {"wait", t.history[i].split.wait},
+                       {"optimizer", t.history[i].split.optimizer},
+                       {"data", t.history[i].split.data},
+                       {"other", t.history[i].split.other}});
   j["history"] = std::move(history);
 }
 

@@ -24,6 +24,7 @@ struct StepSplit {
 
 struct StepRecord {
   double loss = 0, seconds = 0, grad_norm = 0;
+  StepSplit split;  // where this step's seconds went (split.total == seconds)
 };
 
 // The steady state of a run: every step but the first (first touches of every buffer, the

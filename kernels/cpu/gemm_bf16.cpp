@@ -42,16 +42,23 @@ void check_args(bool ta, bool tb, int m, int n, int k, int lda, int ldb, int ldc
                     " columns, ldb=", ldb, " for ", b_cols, ", ldc=", ldc, " for ", n, ")"));
 }
 
-float widen_one(float x) { return x; }
-float widen_one(bf16 x) { return to_float(x); }
-void store_one(float& out, float x) { out = x; }
-void store_one(bf16& out, float x) { out = to_bf16(x); }
+float widen_one(float x) {
+  return x;
+}
+float widen_one(bf16 x) {
+  return to_float(x);
+}
+void store_one(float& out, float x) {
+  out = x;
+}
+void store_one(bf16& out, float x) {
+  out = to_bf16(x);
+}
 
 // The shapes no backend needs to see: nothing to write (m or n is 0), or no products (k = 0),
 // where C = beta·C and beta = 0 writes zeros without reading C. True when the call is done.
 template <class Out>
-bool trivial(bool ta, bool tb, int m, int n, int k, int lda, int ldb, float beta, Out* C,
-             int ldc) {
+bool trivial(bool ta, bool tb, int m, int n, int k, int lda, int ldb, float beta, Out* C, int ldc) {
   check_args(ta, tb, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return true;
   if (k != 0) return false;
@@ -214,7 +221,7 @@ dnnl::matmul::primitive_desc make_pd(const Key& key, const dnnl::engine& engine)
   dnnl::primitive_attr attr;
   const float alpha = std::bit_cast<float>(key.alpha), beta = std::bit_cast<float>(key.beta);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});  // dst = alpha · (A·B) ...
-  if (beta != 0.0f) {                                      // ... + beta · dst
+  if (beta != 0.0f) {                                     // ... + beta · dst
     dnnl::post_ops ops;
     ops.append_sum(beta);
     attr.set_post_ops(ops);
@@ -239,17 +246,28 @@ std::string onednn_version() {
 
 std::string isa_name(dnnl::cpu_isa isa) {
   switch (static_cast<dnnl_cpu_isa_t>(isa)) {
-    case dnnl_cpu_isa_sse41: return "sse41";
-    case dnnl_cpu_isa_avx: return "avx";
-    case dnnl_cpu_isa_avx2: return "avx2";
-    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
-    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
-    case dnnl_cpu_isa_avx512_core: return "avx512_core";
-    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-    default: return cat("isa 0x", std::hex, static_cast<unsigned>(isa));
+    case dnnl_cpu_isa_sse41:
+      return "sse41";
+    case dnnl_cpu_isa_avx:
+      return "avx";
+    case dnnl_cpu_isa_avx2:
+      return "avx2";
+    case dnnl_cpu_isa_avx512_mic:
+      return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core:
+      return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx:
+      return "avx512_core_amx";
+    case dnnl_cpu_isa_avx2_vnni:
+      return "avx2_vnni";
+    default:
+      return cat("isa 0x", std::hex, static_cast<unsigned>(isa));
   }
 }
 
@@ -305,8 +323,18 @@ const Entry& run_onednn(const Key& key, const void* a, const void* b, void* c) {
 
 Key key_of(bool ta, bool tb, int m, int n, int k, float alpha, int lda, int ldb, float beta,
            int ldc, dt src, dt dst) {
-  return Key{ta, tb, m, n, k, lda, ldb, ldc, std::bit_cast<std::uint32_t>(alpha),
-             std::bit_cast<std::uint32_t>(beta == 0.0f ? 0.0f : beta), src, dst};
+  return Key{ta,
+             tb,
+             m,
+             n,
+             k,
+             lda,
+             ldb,
+             ldc,
+             std::bit_cast<std::uint32_t>(alpha),
+             std::bit_cast<std::uint32_t>(beta == 0.0f ? 0.0f : beta),
+             src,
+             dst};
 }
 
 OnednnBf16Probe probe_onednn() {
@@ -319,10 +347,10 @@ OnednnBf16Probe probe_onednn() {
   p.native_bf16 = (static_cast<unsigned>(isa) & bf16_bits) == bf16_bits;
   try {
     const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-    p.impl = make_pd(key_of(false, false, 128, 128, 128, 1.0f, 128, 128, 0.0f, 128, dt::bf16,
-                            dt::f32),
-                     engine)
-                 .impl_info_str();
+    p.impl =
+        make_pd(key_of(false, false, 128, 128, 128, 1.0f, 128, 128, 0.0f, 128, dt::bf16, dt::f32),
+                engine)
+            .impl_info_str();
   } catch (const dnnl::error& e) {
     p.error = e.what();
   }
@@ -370,19 +398,20 @@ GemmBf16Info choose_gemm_bf16(std::string_view env, const OnednnBf16Probe& probe
     throw Error(cat("ZERO_GEMM_BF16='", env,
                     "' names no BF16 GEMM backend: set onednn or widen, or unset it to let zero "
                     "choose"));
-  } else if (has_bf16 && !reference) {
+  } else if (has_bf16 && probe.native_bf16 && !reference) {
     info.backend = GemmBf16Backend::onednn;
     info.reason = cat(onednn, " runs bf16 on this CPU's bf16 instructions (", probe.isa, ")");
   } else {
     info.backend = GemmBf16Backend::widen;
-    info.reason = !has_bf16  ? cat(onednn, " has no bf16 matmul on this CPU (", probe.isa, ")")
+    info.reason = !has_bf16   ? cat(onednn, " has no bf16 matmul on this CPU (", probe.isa, ")")
                   : reference ? cat(onednn, "'s only bf16 matmul here is its reference code (",
                                     probe.impl, ")")
                               : cat(onednn, "'s bf16 matmul here (", probe.impl,
                                     ") emulates bf16: ", probe.isa, " has no bf16 instructions");
   }
-  info.name = info.backend == GemmBf16Backend::onednn ? "oneDNN " + probe.impl
-                                                      : "fp32 widen + OpenBLAS " + std::string(blas_core);
+  info.name = info.backend == GemmBf16Backend::onednn
+                  ? "oneDNN " + probe.impl
+                  : "fp32 widen + OpenBLAS " + std::string(blas_core);
   return info;
 }
 
@@ -405,8 +434,7 @@ void gemm_bf16_widen(bool ta, bool tb, int m, int n, int k, float alpha, const b
 std::string gemm_bf16_onednn(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A,
                              int lda, const bf16* B, int ldb, float beta, float* C, int ldc) {
   if (trivial(ta, tb, m, n, k, lda, ldb, beta, C, ldc)) return "";
-  return run_onednn(key_of(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc, dt::bf16, dt::f32), A, B,
-                    C)
+  return run_onednn(key_of(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc, dt::bf16, dt::f32), A, B, C)
       .pd.impl_info_str();
 }
 
@@ -418,9 +446,8 @@ std::string gemm_bf16_onednn(bool ta, bool tb, int m, int n, int k, float alpha,
       .pd.impl_info_str();
 }
 
-std::string gemm_bf16_onednn_f32(bool ta, bool tb, int m, int n, int k, float alpha,
-                                 const bf16* A, int lda, const bf16* B, int ldb, float beta,
-                                 float* C, int ldc) {
+std::string gemm_bf16_onednn_f32(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A,
+                                 int lda, const bf16* B, int ldb, float beta, float* C, int ldc) {
   if (trivial(ta, tb, m, n, k, lda, ldb, beta, C, ldc)) return "";
   // Widened as stored, padding included, so that oneDNN sees the caller's strides.
   WidenScratch& s = widen_scratch();

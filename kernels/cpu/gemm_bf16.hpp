@@ -17,13 +17,13 @@ namespace zero::kernels::cpu {
 // C (a NaN there does not survive). Throws zero::Error on a negative size, a leading dimension too
 // small, or a bad ZERO_GEMM_BF16. Runs on as many threads as OpenBLAS may (set_blas_threads; 1 by
 // default).
-void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* A,
-               int lda, const bf16* B, int ldb, float beta, float* C, int ldc);
+void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* A, int lda,
+               const bf16* B, int ldb, float beta, float* C, int ldc);
 
 // The same with C in bf16: the fp32 result alpha · op(A) · op(B) + beta · C (C widened exactly)
 // is rounded to bf16 once, to nearest even; oneDNN fuses the rounding into its output.
-void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* A,
-               int lda, const bf16* B, int ldb, float beta, bf16* C, int ldc);
+void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* A, int lda,
+               const bf16* B, int ldb, float beta, bf16* C, int ldc);
 
 enum class GemmBf16Backend {
   onednn,  // dnnl::matmul, bf16 × bf16 -> fp32 (or bf16), one cached primitive per shape
@@ -50,11 +50,11 @@ GemmBf16Info gemm_bf16_info();
 
 // The rule, as a pure function of what the process sees, for tests:
 struct OnednnBf16Probe {
-  std::string version;  // "2.6.3"
-  std::string isa;      // oneDNN's effective ISA, e.g. "avx2", "avx512_core_bf16"
+  std::string version;       // "2.6.3"
+  std::string isa;           // oneDNN's effective ISA, e.g. "avx2", "avx512_core_bf16"
   bool native_bf16 = false;  // that ISA has bf16 dot-product instructions (AVX512-BF16 or AMX)
-  std::string impl;     // impl_info_str() of a bf16 matmul; empty when oneDNN creates none
-  std::string error;    // why it creates none (oneDNN's words), else empty
+  std::string impl;          // impl_info_str() of a bf16 matmul; empty when oneDNN creates none
+  std::string error;         // why it creates none (oneDNN's words), else empty
 };
 // oneDNN when `env` is "onednn", or when it is empty and oneDNN runs a bf16 matmul on native bf16
 // instructions (not its reference code, which is scalar); the widen backend otherwise. Where the

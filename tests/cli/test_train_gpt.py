@@ -64,7 +64,13 @@ with tempfile.TemporaryDirectory() as tmp:
           j["final_loss"] < 0.6 * j["first_loss"], (j["first_loss"], j["final_loss"]))
     check("the first loss is near ln 256 = 5.55 (an untrained byte model)",
           4.5 < j["first_loss"] < 6.5, j["first_loss"])
-    check("every step line shows tokens/s", len(re.findall(r"tok/s", out)) >= 5, out)
+    check("every step line shows tokens/s and MFU",
+          len(re.findall(r"tok/s  MFU [\d.]+%", out)) >= 5, out)
+    h = j["history"]
+    check("each history entry splits its step into compute, wait, optimizer, data and other, "
+          "adding up to its seconds",
+          all(abs(sum(e[k] for k in ("compute", "wait", "optimizer", "data", "other"))
+                  - e["seconds"]) <= 1e-9 + 1e-9 * e["seconds"] for e in h), h[:2])
     m = re.search(r"(\d+) tokens/s, MFU ([\d.]+)%", out)
     check("the summary shows tokens/s and an MFU in (0, 100)",
           m is not None and 0 < float(m.group(2)) < 100, out)

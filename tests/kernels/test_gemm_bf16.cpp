@@ -58,8 +58,8 @@ Reference reference(bool ta, bool tb, int m, int n, int k, float alpha, const st
   return r;
 }
 
-using Run = std::function<void(bool, bool, int, int, int, float, const bf16*, int, const bf16*,
-                               int, float, float*, int)>;
+using Run = std::function<void(bool, bool, int, int, int, float, const bf16*, int, const bf16*, int,
+                               float, float*, int)>;
 
 struct Backend {
   std::string name;
@@ -114,8 +114,9 @@ void check_call(const Backend& be, bool ta, bool tb, int m, int n, int k, float 
 
 }  // namespace
 
-TEST_CASE("Every backend matches an fp64 reference: all transposes, odd sizes, padded rows, "
-          "alpha and beta") {
+TEST_CASE(
+    "Every backend matches an fp64 reference: all transposes, odd sizes, padded rows, "
+    "alpha and beta") {
   const int sizes[] = {1, 7, 33, 130};
   const float alphas[] = {1.0f, -0.75f};
   const float betas[] = {0.0f, 1.0f, 0.5f};
@@ -132,8 +133,7 @@ TEST_CASE("Every backend matches an fp64 reference: all transposes, odd sizes, p
               ++variant;
               INFO("m " << m << " n " << n << " k " << k << " trans_a " << ta << " trans_b " << tb
                         << " alpha " << alpha << " beta " << beta);
-              check_call(be, ta, tb, m, n, k, alpha, beta, 3,
-                         static_cast<std::uint32_t>(variant));
+              check_call(be, ta, tb, m, n, k, alpha, beta, 3, static_cast<std::uint32_t>(variant));
             }
   }
 }
@@ -234,8 +234,7 @@ TEST_CASE("oneDNN and widen agree within twice the tolerance at a GPT-like shape
     const std::vector<bf16> A = bf16_values(static_cast<std::size_t>((s.ta ? s.k : s.m) * lda), 9);
     const std::vector<bf16> B = bf16_values(static_cast<std::size_t>((s.tb ? s.n : s.k) * ldb), 10);
     const std::vector<float> C0 = uniform_values(static_cast<std::size_t>(s.m * ldc), 11);
-    const Reference ref =
-        reference(s.ta, s.tb, s.m, s.n, s.k, 1.0f, A, lda, B, ldb, 1.0f, C0, ldc);
+    const Reference ref = reference(s.ta, s.tb, s.m, s.n, s.k, 1.0f, A, lda, B, ldb, 1.0f, C0, ldc);
     std::vector<float> widened = C0;
     gemm_bf16_widen(s.ta, s.tb, s.m, s.n, s.k, 1.0f, A.data(), lda, B.data(), ldb, 1.0f,
                     widened.data(), ldc);
@@ -268,8 +267,8 @@ TEST_CASE("The bf16 output is the fp32 result rounded once to nearest even") {
         gemm_bf16_widen(ta, tb, m, n, k, -0.75f, A.data(), lda, B.data(), ldb, beta, c32.data(),
                         ldc);
         std::vector<bf16> widen16 = C0;
-        gemm_bf16_widen(ta, tb, m, n, k, -0.75f, A.data(), lda, B.data(), ldb, beta,
-                        widen16.data(), ldc);
+        gemm_bf16_widen(ta, tb, m, n, k, -0.75f, A.data(), lda, B.data(), ldb, beta, widen16.data(),
+                        ldc);
         for (int i = 0; i < m; ++i)
           for (int j = 0; j < ldc; ++j) {
             const std::size_t e = static_cast<std::size_t>(i) * ldc + j;
@@ -301,8 +300,8 @@ TEST_CASE("gemm_bf16 runs the chosen backend, bit for bit") {
     gemm_bf16_onednn(false, false, 33, 7, 130, 1.0f, A.data(), 130, B.data(), 7, 0.0f,
                      direct.data(), 7);
   else
-    gemm_bf16_widen(false, false, 33, 7, 130, 1.0f, A.data(), 130, B.data(), 7, 0.0f,
-                    direct.data(), 7);
+    gemm_bf16_widen(false, false, 33, 7, 130, 1.0f, A.data(), 130, B.data(), 7, 0.0f, direct.data(),
+                    7);
   CHECK(chosen == direct);
 }
 
@@ -339,8 +338,9 @@ OnednnBf16Probe probe(std::string isa, bool native, std::string impl) {
 
 }  // namespace
 
-TEST_CASE("The rule runs oneDNN only on bf16 instructions (AVX512-BF16 or AMX), not emulated or "
-          "reference code") {
+TEST_CASE(
+    "The rule runs oneDNN only on bf16 instructions (AVX512-BF16 or AMX), not emulated or "
+    "reference code") {
   const GemmBf16Info bf16 =
       choose_gemm_bf16("", probe("avx512_core_bf16", true, "brg:avx512_core_bf16"), "Cooperlake");
   CHECK(bf16.backend == GemmBf16Backend::onednn);
@@ -387,8 +387,8 @@ TEST_CASE("This process's choice names a backend and follows ZERO_GEMM_BF16", "[
   const OnednnBf16Probe& p = onednn_bf16_probe();
   CHECK(!p.version.empty());
   CHECK(!p.isa.empty());
-  const bool bad = !(env.empty() || env == "widen" || env == "onednn") ||
-                   (env == "onednn" && p.impl.empty());
+  const bool bad =
+      !(env.empty() || env == "widen" || env == "onednn") || (env == "onednn" && p.impl.empty());
   if (bad) {
     CHECK_THROWS_AS(gemm_bf16_info(), Error);
     std::vector<bf16> A(4), B(4);
@@ -403,8 +403,7 @@ TEST_CASE("This process's choice names a backend and follows ZERO_GEMM_BF16", "[
   CHECK(info.onednn_version == p.version);
   if (env == "widen") CHECK(info.backend == GemmBf16Backend::widen);
   if (env == "onednn") CHECK(info.backend == GemmBf16Backend::onednn);
-  if (env.empty())
-    CHECK(info.backend == choose_gemm_bf16("", p, "any").backend);
+  if (env.empty()) CHECK(info.backend == choose_gemm_bf16("", p, "any").backend);
 }
 
 TEST_CASE("Where oneDNN runs bf16 natively, a GPT-shaped call runs its native code, not ref") {
