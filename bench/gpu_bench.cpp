@@ -109,16 +109,11 @@ Peak peak_bandwidth(int device, const std::string& name, double flag) {
   return bandwidth_table(name);
 }
 
-// Dense bf16 tensor-core peak (no sparsity).
+// Dense bf16 tensor-core peak (no sparsity): kernels/cuda/device.hpp's table, or the flag.
 Peak peak_bf16(const std::string& name, int cc, double flag) {
   if (flag > 0) return {flag, "--peak-tflops"};
-  if (has(name, "H100") && has(name, "PCIe")) return {756, "table: H100 PCIe"};
-  if (has(name, "NVL")) return {835, "table: H100/H200 NVL"};
-  if (has(name, "H100") || has(name, "H200")) return {989, "table: H100/H200 SXM"};
-  if (has(name, "A100")) return {312, "table: A100"};
-  if (cc == 90) return {989, "table: compute capability 9.0 (H100 SXM)"};
-  if (cc == 80) return {312, "table: compute capability 8.0 (A100)"};
-  return {};
+  const auto p = zero::kernels::cuda::bf16_peak(name, cc);
+  return {p.tflops, p.tflops > 0 ? p.source : ""};
 }
 
 // Median of `iters` timed runs of f() on `stream`, after `warmup` untimed ones.

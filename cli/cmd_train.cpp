@@ -144,8 +144,6 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
         for (const auto& n : gpt_preset_names()) all += (all.empty() ? "" : ", ") + n;
         return all;
       }()));
-    if (f.device == "cuda")
-      throw Error("--model gpt: the GPT's GPU path is not built yet; use --device cpu");
     if (vm.count("compute") && f.compute != "bf16" && f.compute != "fp32")
       throw Error(cat("--compute: expected bf16 or fp32, got '", f.compute, "'"));
     for (const char* mlp_only : {"layers", "width"})
@@ -214,7 +212,10 @@ void check_host_memory(const Run& run, int world, int ranks_here, bool on_gpu) {
   const std::int64_t w = run.shape.width, b = run.micro;
   std::int64_t per_rank = 0;
   try {
-    if (run.gpt) {
+    if (run.gpt && on_gpu) {  // the host holds the micro-batch's token ids
+      per_rank = checked_mul(checked_mul(2 * b, run.gpt_shape.seq_len, "the token buffers"), 4,
+                             "the token buffers");
+    } else if (run.gpt) {
       GptShape g = run.gpt_shape;
       g.micro_batch = static_cast<int>(b);
       PlanInput in = plan_input_from_config(run.config, world);
@@ -456,7 +457,7 @@ int cmd_train(const Args& argv) {
   }
 
   std::unique_ptr<TrainModel> model =
-      run.gpt ? make_gpt_model(run.gpt_shape, run.compute, f.preset, f.data, shape.seed, accum, n)
+      run.gpt ? make_gpt_model(run.gpt_shape, run.compute, f.preset, f.data, shape.seed, accum, n, where)
               : make_mlp_model(shape, micro, accum, where);
   EngineOptions eo;
   eo.memory = where;
@@ -481,6 +482,18 @@ int cmd_train(const Args& argv) {
   // a job started by mpirun or srun, here, by rank 0, while the others may be starting up.
   double peak_flops = 0;
   std::string peak_source;
+  if (model->flops_per_token() > 0 && on_gpu && rank == 0) {
+    // On GPUs: each rank's device's dense bf16 tensor-core peak (kernels/cuda/device.hpp), as
+    // llm.c counts it, whatever the compute dtype.
+    const auto devices = kernels::cuda::describe_devices();
+    const int local = comm::node_local_rank();
+    if (local < static_cast<int>(devices.size())) {
+      const auto& d = devices[static_cast<std::size_t>(local)];
+      const auto p = kernels::cuda::bf16_peak(d.name, d.compute_capability);
+      peak_flops = p.tflops * 1e12 * n;
+      peak_source = cat(d.name, " bf16 peak x ", n, " (", p.source, ")");
+    }
+  }
   if (model->flops_per_token() > 0 && !on_gpu && rank == 0) {
     kernels::cpu::FmaPeak peak;
     std::string kernel;

@@ -39,10 +39,11 @@ class MlpModel final : public TrainModel {
 class GptModel final : public TrainModel {
  public:
   GptModel(const GptShape& shape, models::GptCompute compute, std::string preset,
-           const std::string& data, std::uint64_t seed, std::int64_t accum, int ranks)
+           const std::string& data, std::uint64_t seed, std::int64_t accum, int ranks,
+           comm::Memory where)
       : shape_(shape), preset_(std::move(preset)), seed_(seed),
         split_{ranks, static_cast<int>(accum), shape.micro_batch},
-        sampler_(models::TokenFile(data), shape.seq_len, seed), trainer_(shape, compute),
+        sampler_(models::TokenFile(data), shape.seq_len, seed), trainer_(shape, compute, where),
         inputs_(static_cast<std::size_t>(shape.micro_batch) * static_cast<std::size_t>(shape.seq_len)),
         targets_(inputs_.size()) {
     sampler_.file().check_vocab(shape.vocab);
@@ -92,8 +93,9 @@ std::unique_ptr<TrainModel> make_mlp_model(const models::MlpShape& shape, std::i
 
 std::unique_ptr<TrainModel> make_gpt_model(const GptShape& shape, models::GptCompute compute,
                                            const std::string& preset, const std::string& data,
-                                           std::uint64_t seed, std::int64_t accum, int ranks) {
-  return std::make_unique<GptModel>(shape, compute, preset, data, seed, accum, ranks);
+                                           std::uint64_t seed, std::int64_t accum, int ranks,
+                                           comm::Memory where) {
+  return std::make_unique<GptModel>(shape, compute, preset, data, seed, accum, ranks, where);
 }
 
 }  // namespace zero::cli

@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/gpt_ops.hpp"
 #include "models/common.hpp"
+#include "models/gpt_model.hpp"
 
 namespace zero::models {
 namespace ops = kernels::cpu::gpt;
@@ -92,274 +93,143 @@ double gpt_flops_per_token(const GptShape& s) {
   return 6.0 * n + 12.0 * s.layers * s.seq_len * static_cast<double>(s.hidden);
 }
 
-struct GptTrainer::Impl {
-  GptShape shape;
-  GptCompute compute;
-  double compute_seconds = 0;
-  const Ledger* recorded_in = nullptr;
-  std::function<void(int, std::span<const float>)> grad_hook;
-  Impl(const GptShape& s, GptCompute c) : shape(s), compute(c) {}
-  virtual ~Impl() = default;
-  virtual double micro_batch(Engine& engine, const std::int32_t* inputs, const std::int32_t* targets,
-                             double& in_engine) = 0;
-  virtual std::int64_t bytes() const = 0;
-};
-
 namespace {
 
-template <class T>
-std::int64_t held(const std::vector<T>& v) {
-  return static_cast<std::int64_t>(v.capacity() * sizeof(T));
-}
-
-// The trainer for storage type T (float: fp32 mode, bf16: bf16 mode).
-template <class T>
-class Model final : public GptTrainer::Impl {
+// The CPU backend of the schedule (models/gpt_model.hpp): host vectors, kernels/cpu/gpt_ops.
+class HostOps {
  public:
-  Model(const GptShape& s, GptCompute c) : Impl(s, c) {
-    B = s.micro_batch, S = s.seq_len, C = s.hidden, H = s.heads, L = s.layers;
-    F = s.ffn_hidden > 0 ? s.ffn_hidden : 4 * C;
-    V = static_cast<int>(s.vocab);
-    N = static_cast<std::int64_t>(B) * S;
-    const auto n = static_cast<std::size_t>(N), c1 = static_cast<std::size_t>(C),
-               f1 = static_cast<std::size_t>(F);
-    encoded.resize(n * c1);
-    proj.resize(n * c1);
-    lnf.resize(n * c1);
-    lnf_mean.resize(n);
-    lnf_rstd.resize(n);
-    logits.resize(n * static_cast<std::size_t>(V));
-    layers.resize(static_cast<std::size_t>(L));
-    for (Layer& l : layers) {
-      for (auto* v : {&l.ln1, &l.atty, &l.res2, &l.ln2, &l.res3}) v->resize(n * c1);
-      l.qkv.resize(3 * n * c1);
-      l.fch.resize(n * f1);
-      l.fchg.resize(n * f1);
-      for (auto* v : {&l.ln1_mean, &l.ln1_rstd, &l.ln2_mean, &l.ln2_rstd}) v->resize(n);
-      l.att.resize(static_cast<std::size_t>(B) * H * S * S);
-    }
-    dres.resize(n * c1);
-    dln.resize(n * c1);
-    dqkv.resize(3 * n * c1);
-    dF.resize(n * f1);
-    const std::size_t block = 4 * c1 * c1 + 2 * f1 * c1 + 9 * c1 + f1, block_small = 9 * c1 + f1;
-    const std::size_t embed = (static_cast<std::size_t>(V) + static_cast<std::size_t>(S)) * c1;
-    widened.resize(half ? block_small : std::max(block, embed));
-    grads_embed.resize(embed);
-    grads_unit.resize(block);
-    const std::size_t wide_out = n * std::max(3 * c1, f1);
-    const std::size_t s1 = static_cast<std::size_t>(S);
-    scratch.f(std::max(half ? wide_out : 0, s1 * 3 * c1 + s1 * std::max(c1, s1)));
-    if (half) scratch.h(std::max(wide_out, n * static_cast<std::size_t>(V)));
-    scratch_floats = scratch.floats.size();
-    scratch_halves = scratch.halves.size();
-    const std::int64_t planned = gpt_trainer_activation_bytes(s, half ? DType::bf16 : DType::f32);
-    if (bytes() != planned)
-      throw std::logic_error(cat("GPT trainer: its buffers hold ", bytes(), " bytes but "
-                                 "gpt_trainer_activation_bytes says ", planned));
+  template <class U>
+  struct Buffer {
+    std::vector<U> v;
+    U* data() { return v.data(); }
+    const U* data() const { return v.data(); }
+    std::size_t size() const { return v.size(); }
+    std::int64_t bytes() const { return static_cast<std::int64_t>(v.capacity() * sizeof(U)); }
+  };
+  static constexpr comm::Memory memory = comm::Memory::host;
+
+  // Presizes the op scratch to the most any op asks for this shape (docs/memory.md), so that
+  // the trainer's bytes are known before the first micro-batch and never grow.
+  HostOps(const GptShape& s, bool half) {
+    const auto n = static_cast<std::size_t>(s.micro_batch) * static_cast<std::size_t>(s.seq_len);
+    const auto c = static_cast<std::size_t>(s.hidden), t = static_cast<std::size_t>(s.seq_len);
+    const std::size_t f = s.ffn_hidden > 0 ? static_cast<std::size_t>(s.ffn_hidden) : 4 * c;
+    const std::size_t wide_out = n * std::max(3 * c, f);
+    scratch_.f(std::max(half ? wide_out : 0, t * 3 * c + t * std::max(c, t)));
+    if (half) scratch_.h(std::max(wide_out, n * static_cast<std::size_t>(s.vocab)));
+    floats_ = scratch_.floats.size();
+    halves_ = scratch_.halves.size();
   }
-
-  std::int64_t bytes() const override {
-    std::int64_t b = held(encoded) + held(proj) + held(lnf) + held(lnf_mean) + held(lnf_rstd) +
-                     held(logits) + held(dres) + held(dln) + held(dqkv) + held(dF) +
-                     held(widened) + held(grads_embed) + held(grads_unit) +
-                     held(scratch.floats) + held(scratch.halves);
-    for (const Layer& l : layers)
-      b += held(l.ln1) + held(l.qkv) + held(l.atty) + held(l.res2) + held(l.ln2) + held(l.fch) +
-           held(l.fchg) + held(l.res3) + held(l.ln1_mean) + held(l.ln1_rstd) + held(l.ln2_mean) +
-           held(l.ln2_rstd) + held(l.att);
-    return b;
+  template <class U>
+  Buffer<U> make(std::size_t n) {
+    return Buffer<U>{std::vector<U>(n)};
   }
-
-  double micro_batch(Engine& e, const std::int32_t* in, const std::int32_t* tg,
-                     double& in_engine) override {
-    engine = &e;
-    engine_seconds = &in_engine;
-    const int fin = L + 1;
-    const int n = static_cast<int>(N);
-    const std::int64_t nc = N * C;
-
-    // Forward.
-    call([&] { e.gather(0); });
-    Unit u0 = load(0);
-    ops::embedding_forward(encoded.data(), in, u0.t[0], u0.t[1], n, S, C);
-    call([&] { e.release(0); });
-    const T* x = encoded.data();
-    for (int l = 0; l < L; ++l) {
-      Layer& a = layers[static_cast<std::size_t>(l)];
-      call([&] { e.gather(1 + l); });
-      Unit p = load(1 + l);
-      ops::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.f[0], p.f[1], n, C);
-      ops::matmul_forward(a.qkv.data(), a.ln1.data(), p.t[2], p.f[3], n, C, 3 * C, scratch);
-      ops::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, S, C, H, scratch);
-      ops::matmul_forward(proj.data(), a.atty.data(), p.t[4], p.f[5], n, C, C, scratch);
-      ops::residual_forward(a.res2.data(), x, proj.data(), nc);
-      ops::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.f[6], p.f[7], n, C);
-      ops::matmul_forward(a.fch.data(), a.ln2.data(), p.t[8], p.f[9], n, C, F, scratch);
-      ops::gelu_forward(a.fchg.data(), a.fch.data(), N * F);
-      ops::matmul_forward(proj.data(), a.fchg.data(), p.t[10], p.f[11], n, F, C, scratch);
-      ops::residual_forward(a.res3.data(), a.res2.data(), proj.data(), nc);
-      call([&] { e.release(1 + l); });
-      x = a.res3.data();
-    }
-    call([&] { e.gather(fin); });
-    Unit pf = load(fin);
-    ops::layernorm_forward(lnf.data(), lnf_mean.data(), lnf_rstd.data(), x, pf.f[0], pf.f[1], n, C);
-    call([&] { e.release(fin); });
-
-    // The tied head and the loss; the head's backward at once, while the embedding is here.
-    call([&] { e.gather(0); });
-    Unit head = load(0);
-    ops::logits_forward(logits.data(), lnf.data(), head.t[0], n, C, V);
-    const float grad_scale = static_cast<float>(e.loss_scale() / static_cast<double>(N));
-    const double loss = ops::crossentropy_forward_backward(logits.data(), tg, n, V, grad_scale) /
-                        static_cast<double>(N);
-    ops::logits_backward(dln.data(), grads_embed.data(), logits.data(), lnf.data(), head.t[0], n,
-                         C, V, scratch);
-    call([&] { e.release(0); });
-
-    // Backward, last unit first; dres carries the residual stream's gradient.
-    call([&] { e.gather(fin); });
-    pf = load(fin);
-    std::fill(dres.begin(), dres.end(), 0.0f);
-    std::fill(grads_unit.begin(), grads_unit.begin() + 2 * C, 0.0f);
-    ops::layernorm_backward(dres.data(), grads_unit.data(), grads_unit.data() + C, dln.data(), x,
-                            pf.f[0], lnf_mean.data(), lnf_rstd.data(), n, C);
-    store_grads(fin, grads_unit.data());
-    call([&] {
-      e.release(fin);
-      e.reduce_grads(fin);
-    });
-    for (int l = L - 1; l >= 0; --l) {
-      Layer& a = layers[static_cast<std::size_t>(l)];
-      const T* xin = l == 0 ? encoded.data() : layers[static_cast<std::size_t>(l) - 1].res3.data();
-      call([&] { e.gather(1 + l); });
-      Unit p = load(1 + l);
-      std::fill(grads_unit.begin(), grads_unit.end(), 0.0f);
-      float* g[12];
-      grad_slots(1 + l, grads_unit.data(), g);
-      // res3 = res2 + mlp.proj(gelu(mlp.fc(ln2(res2))))
-      ops::matmul_backward(dF.data(), false, g[10], g[11], dres.data(), a.fchg.data(), p.t[10], n, F, C, scratch);
-      ops::gelu_backward(dF.data(), a.fch.data(), dF.data(), N * F);
-      ops::matmul_backward(dln.data(), false, g[8], g[9], dF.data(), a.ln2.data(), p.t[8], n, C, F, scratch);
-      ops::layernorm_backward(dres.data(), g[6], g[7], dln.data(), a.res2.data(), p.f[6],
-                              a.ln2_mean.data(), a.ln2_rstd.data(), n, C);
-      // res2 = xin + attn.proj(attention(attn.qkv(ln1(xin))))
-      ops::matmul_backward(dln.data(), false, g[4], g[5], dres.data(), a.atty.data(), p.t[4], n, C, C, scratch);
-      ops::attention_backward(dqkv.data(), dln.data(), a.qkv.data(), a.att.data(), B, S, C, H, scratch);
-      ops::matmul_backward(dln.data(), false, g[2], g[3], dqkv.data(), a.ln1.data(), p.t[2], n, C, 3 * C, scratch);
-      ops::layernorm_backward(dres.data(), g[0], g[1], dln.data(), xin, p.f[0], a.ln1_mean.data(),
-                              a.ln1_rstd.data(), n, C);
-      store_grads(1 + l, grads_unit.data());
-      call([&] {
-        e.release(1 + l);
-        e.reduce_grads(1 + l);
-      });
-    }
-    call([&] { e.gather(0); });
-    const std::int64_t vc = static_cast<std::int64_t>(V) * C;
-    std::fill(grads_embed.begin() + vc, grads_embed.end(), 0.0f);  // dwpe; dwte holds the head's
-    ops::embedding_backward(grads_embed.data(), grads_embed.data() + vc, dres.data(), in, n, S, C);
-    store_grads(0, grads_embed.data());
-    call([&] {
-      e.release(0);
-      e.reduce_grads(0);
-    });
-    if (scratch.floats.size() != scratch_floats || scratch.halves.size() != scratch_halves)
+  std::int64_t scratch_bytes() const {
+    return static_cast<std::int64_t>(scratch_.floats.capacity() * sizeof(float) +
+                                     scratch_.halves.capacity() * sizeof(bf16));
+  }
+  void zero(float* p, std::size_t n) { std::fill(p, p + n, 0.0f); }
+  void widen(const TensorView& v, float* out) { to_f32(v, out); }
+  void narrow(const float* in, const TensorView& v) { from_f32(in, v); }
+  template <class F>
+  void inspect(const float* g, std::size_t n, F&& f) {
+    f(std::span(g, n));
+  }
+  std::pair<const std::int32_t*, const std::int32_t*> tokens(std::span<const std::int32_t> in,
+                                                             std::span<const std::int32_t> tg) {
+    return {in.data(), tg.data()};
+  }
+  void crossentropy(float* logits, const std::int32_t* tg, int n, int v, float grad_scale) {
+    loss_ = ops::crossentropy_forward_backward(logits, tg, n, v, grad_scale);
+  }
+  double take_loss() { return loss_; }
+  void check() const {
+    if (scratch_.floats.size() != floats_ || scratch_.halves.size() != halves_)
       throw std::logic_error("GPT trainer: an op grew its scratch past the planned size");
-    return loss;
+  }
+
+  template <class T>
+  void embedding_forward(T* out, const std::int32_t* tok, const T* wte, const T* wpe, int n,
+                         int seq, int c) {
+    ops::embedding_forward(out, tok, wte, wpe, n, seq, c);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tok,
+                          int n, int seq, int c) {
+    ops::embedding_backward(dwte, dwpe, dout, tok, n, seq, c);
+  }
+  template <class T>
+  void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const float* w,
+                         const float* b, int n, int c) {
+    ops::layernorm_forward(out, mean, rstd, inp, w, b, n, c);
+  }
+  template <class T>
+  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const T* inp,
+                          const float* w, const float* mean, const float* rstd, int n, int c) {
+    ops::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, n, c);
+  }
+  template <class T>
+  void matmul_forward(T* out, const T* inp, const T* w, const float* b, int n, int c, int oc) {
+    ops::matmul_forward(out, inp, w, b, n, c, oc, scratch_);
+  }
+  template <class T>
+  void matmul_backward(float* dinp, bool acc, float* dw, float* db, const float* dout,
+                       const T* inp, const T* w, int n, int c, int oc) {
+    ops::matmul_backward(dinp, acc, dw, db, dout, inp, w, n, c, oc, scratch_);
+  }
+  template <class T>
+  void attention_forward(T* out, float* att, const T* qkv, int b, int seq, int c, int h) {
+    ops::attention_forward(out, att, qkv, b, seq, c, h, scratch_);
+  }
+  template <class T>
+  void attention_backward(float* dqkv, const float* dout, const T* qkv, const float* att, int b,
+                          int seq, int c, int h) {
+    ops::attention_backward(dqkv, dout, qkv, att, b, seq, c, h, scratch_);
+  }
+  template <class T>
+  void gelu_forward(T* out, const T* inp, std::int64_t n) {
+    ops::gelu_forward(out, inp, n);
+  }
+  template <class T>
+  void gelu_backward(float* dinp, const T* inp, const float* dout, std::int64_t n) {
+    ops::gelu_backward(dinp, inp, dout, n);
+  }
+  template <class T>
+  void residual_forward(T* out, const T* a, const T* b, std::int64_t n) {
+    ops::residual_forward(out, a, b, n);
+  }
+  template <class T>
+  void logits_forward(float* logits, const T* inp, const T* wte, int n, int c, int v) {
+    ops::logits_forward(logits, inp, wte, n, c, v);
+  }
+  template <class T>
+  void logits_backward(float* dinp, float* dwte, const float* dlogits, const T* inp,
+                       const T* wte, int n, int c, int v) {
+    ops::logits_backward(dinp, dwte, dlogits, inp, wte, n, c, v, scratch_);
   }
 
  private:
-  static constexpr bool half = std::is_same_v<T, bf16>;
-
-  struct Layer {
-    std::vector<T> ln1, qkv, atty, res2, ln2, fch, fchg, res3;
-    std::vector<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd, att;
-  };
-  // A gathered unit's tensors: t[i] as a GEMM operand (type T), f[i] as fp32 (the 1-D tensors
-  // always; every tensor in the fp32 mode, where t[i] == f[i]).
-  struct Unit {
-    const T* t[12] = {};
-    const float* f[12] = {};
-  };
-
-  template <class F>
-  void call(F&& f) {
-    const auto t = Clock::now();
-    f();
-    *engine_seconds += since(t);
-  }
-
-  Unit load(int u) {
-    const UnitLayout& ul = engine->layout().units[static_cast<std::size_t>(u)];
-    Unit out;
-    std::size_t at = 0;
-    for (int i = 0; i < ul.param_count; ++i) {
-      const TensorView v = engine->param(ul.first_param + i);
-      const bool small = v.shape.size() == 1;
-      if constexpr (half) {
-        if (!small) {
-          out.t[i] = v.as<const bf16>().data();
-          continue;
-        }
-      }
-      float* w = widened.data() + at;
-      to_f32(v, w);
-      at += static_cast<std::size_t>(v.numel);
-      out.f[i] = w;
-      if constexpr (!half) out.t[i] = w;
-    }
-    return out;
-  }
-
-  // Where each param of unit u has its fp32 gradient in `base` (consecutive, unpadded).
-  void grad_slots(int u, float* base, float** slots) const {
-    const Layout& lay = engine->layout();
-    const UnitLayout& ul = lay.units[static_cast<std::size_t>(u)];
-    std::int64_t at = 0;
-    for (int i = 0; i < ul.param_count; ++i) {
-      slots[i] = base + at;
-      at += lay.params[static_cast<std::size_t>(ul.first_param + i)].numel;
-    }
-  }
-
-  void store_grads(int u, const float* base) {
-    const Layout& lay = engine->layout();
-    const UnitLayout& ul = lay.units[static_cast<std::size_t>(u)];
-    std::int64_t at = 0;
-    for (int i = 0; i < ul.param_count; ++i) {
-      const int p = ul.first_param + i;
-      const std::int64_t numel = lay.params[static_cast<std::size_t>(p)].numel;
-      if (grad_hook) grad_hook(p, std::span(base + at, static_cast<std::size_t>(numel)));
-      TensorView g;
-      call([&] { g = engine->grad(p); });
-      from_f32(base + at, g);
-      at += g.numel;
-    }
-  }
-
-  int B = 0, S = 0, C = 0, H = 0, L = 0, F = 0, V = 0;
-  std::int64_t N = 0;
-  std::vector<T> encoded, proj, lnf;
-  std::vector<float> lnf_mean, lnf_rstd, logits;
-  std::vector<Layer> layers;
-  std::vector<float> dres, dln, dqkv, dF;
-  std::vector<float> widened, grads_embed, grads_unit;
-  ops::Scratch scratch;
-  std::size_t scratch_floats = 0, scratch_halves = 0;
-  Engine* engine = nullptr;
-  double* engine_seconds = nullptr;
+  ops::Scratch scratch_;
+  std::size_t floats_ = 0, halves_ = 0;
+  double loss_ = 0;
 };
 
 }  // namespace
 
-GptTrainer::GptTrainer(const GptShape& shape, GptCompute compute) {
+GptTrainer::GptTrainer(const GptShape& shape, GptCompute compute, comm::Memory where) {
   check_gpt_shape(shape);
+  if (where == comm::Memory::device) {
+    impl_ = make_gpt_device(shape, compute);
+    return;
+  }
   if (compute == GptCompute::bf16)
-    impl_ = std::make_unique<Model<bf16>>(shape, compute);
+    impl_ = std::make_unique<detail::GptModel<bf16, HostOps>>(shape, compute);
   else
-    impl_ = std::make_unique<Model<float>>(shape, compute);
+    impl_ = std::make_unique<detail::GptModel<float, HostOps>>(shape, compute);
+  const std::int64_t planned = gpt_trainer_activation_bytes(
+      shape, compute == GptCompute::bf16 ? DType::bf16 : DType::f32);
+  if (impl_->bytes() != planned)
+    throw std::logic_error(cat("GPT trainer: its buffers hold ", impl_->bytes(), " bytes but "
+                               "gpt_trainer_activation_bytes says ", planned));
 }
 GptTrainer::~GptTrainer() = default;
 GptTrainer::GptTrainer(GptTrainer&&) noexcept = default;
@@ -384,11 +254,11 @@ double GptTrainer::micro_batch(Engine& engine, std::span<const std::int32_t> inp
                     name_of(engine.config().precision), " (enable bf16 in the config, or "
                     "compute in fp32)"));
   if (m.recorded_in != &engine.ledger()) {
-    engine.ledger().record_external(Category::activations, m.bytes(), comm::Memory::host);
+    engine.ledger().record_external(Category::activations, m.bytes(), m.memory());
     m.recorded_in = &engine.ledger();
   }
   double in_engine = 0;
-  const double loss = m.micro_batch(engine, inputs.data(), targets.data(), in_engine);
+  const double loss = m.micro_batch(engine, inputs, targets, in_engine);
   m.compute_seconds += std::max(0.0, since(start) - in_engine);
   return loss;
 }

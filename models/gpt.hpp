@@ -46,7 +46,10 @@ class GptTrainer {
  public:
   // shape.micro_batch sequences of shape.seq_len tokens per micro-batch. Allocates every buffer
   // of a micro-batch now (zero::gpt_trainer_activation_bytes(shape, compute), checked equal).
-  GptTrainer(const GptShape& shape, GptCompute compute);
+  // `where`: the memory the engine keeps its state in (EngineOptions::memory); device runs the
+  // same schedule on the GPU (models/gpt_cuda.cpp: kernels/cuda/gpt_ops, cuBLASLt), compiled
+  // but never run on a GPU yet; a build without CUDA throws.
+  GptTrainer(const GptShape& shape, GptCompute compute, comm::Memory where = comm::Memory::host);
   ~GptTrainer();
   GptTrainer(GptTrainer&&) noexcept;
   GptTrainer& operator=(GptTrainer&&) noexcept;
@@ -77,6 +80,9 @@ class GptTrainer {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// The GPU trainer (models/gpt_cuda.cpp; a build without CUDA throws, models/gpt_none.cpp).
+std::unique_ptr<GptTrainer::Impl> make_gpt_device(const GptShape& shape, GptCompute compute);
 
 // Model FLOPs per token of one training step (forward + backward), as in the PaLM paper's
 // appendix B and llm.c: 6·N (N: the parameters, embeddings included, as llm.c counts them) plus

@@ -17,6 +17,24 @@ struct DeviceInfo {
   int multiprocessors = 0;       // SM count
 };
 
+// A device's dense bf16 tensor-core peak (no sparsity), TFLOP/s, from the data sheets by name,
+// else by compute capability; value 0 when unknown. What GPU MFU is measured against
+// (bench/gpu_bench, `zero train --model gpt --device cuda`). Host arithmetic only.
+struct Bf16Peak {
+  double tflops = 0;
+  const char* source = "unknown";
+};
+inline Bf16Peak bf16_peak(const std::string& name, int compute_capability) {
+  auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
+  if (has("H100") && has("PCIe")) return {756, "table: H100 PCIe"};
+  if (has("NVL")) return {835, "table: H100/H200 NVL"};
+  if (has("H100") || has("H200")) return {989, "table: H100/H200 SXM"};
+  if (has("A100")) return {312, "table: A100"};
+  if (compute_capability == 90) return {989, "table: compute capability 9.0 (H100 SXM)"};
+  if (compute_capability == 80) return {312, "table: compute capability 8.0 (A100)"};
+  return {};
+}
+
 // Number of usable devices; 0 without a GPU, without a driver, or in a build without CUDA.
 // Never throws.
 int device_count() noexcept;
