@@ -88,6 +88,27 @@ with tempfile.TemporaryDirectory() as tmp:
           runs["0"][1]["params_checksum"] == j["params_checksum"],
           (runs["0"][1]["params_checksum"], j["params_checksum"]))
 
+    # Real text: the Jargon File (Debian's jargon-text, public domain; scripts/install-deps
+    # installs it), as the README's first command trains on it.
+    jargon = "/usr/share/doc/jargon-text/jargon.txt.gz"
+    if os.path.exists(jargon):
+        import gzip
+        with gzip.open(jargon, "rb") as f, open(os.path.join(tmp, "jargon.txt"), "wb") as out_f:
+            out_f.write(f.read())
+        r = zero("data", os.path.join(tmp, "jargon.txt"), "--out", os.path.join(tmp, "jargon"))
+        js = os.path.join(tmp, "jargon.json")
+        r2 = zero(*common, "--data", os.path.join(tmp, "jargon_train.bin"), "--stage", "3",
+                  "--steps", "40", "--log-every", "100", "--json", js)
+        ok = r.returncode == 0 and r2.returncode == 0
+        check("the Jargon File: zero data and zero train succeed", ok, r.stderr + r2.stdout + r2.stderr)
+        if ok:
+            with open(js) as f:
+                jj = json.load(f)
+            check("on real English text the loss falls below 70% of the first step's in 40 steps",
+                  jj["final_loss"] < 0.7 * jj["first_loss"], (jj["first_loss"], jj["final_loss"]))
+    else:
+        print(f"note: {jargon} is missing (package jargon-text): the real-text run is left out")
+
     # On a terminal: a progress bar with the elapsed time and the ETA under the step lines.
     import pty
     master, slave = pty.openpty()
