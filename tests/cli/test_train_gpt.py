@@ -60,6 +60,8 @@ with tempfile.TemporaryDirectory() as tmp:
     check("the header names the GPT, its shape and the data file",
           "gpt gpt-micro (2 layers, hidden 64, 4 heads, seq 64, vocab 256" in out and data in out,
           out)
+    check("the GPT's AdamW groups are in force and said",
+          "none on biases, LayerNorm and embeddings" in out, out)
     check("the loss falls (repeated text: below 60% of the first step's)",
           j["final_loss"] < 0.6 * j["first_loss"], (j["first_loss"], j["final_loss"]))
     check("the first loss is near ln 256 = 5.55 (an untrained byte model)",
@@ -87,6 +89,30 @@ with tempfile.TemporaryDirectory() as tmp:
     check("stage 0 and stage 3 give the same weights",
           runs["0"][1]["params_checksum"] == j["params_checksum"],
           (runs["0"][1]["params_checksum"], j["params_checksum"]))
+
+    # The default AdamW groups act: the same weights as a config that spells them out, other
+    # weights than a config that decays every parameter.
+    def checksum_with(groups):
+        cfg = {"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {
+            "lr": 0.01, "weight_decay": 0.1}}}
+        if groups is not None:
+            cfg["param_groups"] = groups
+        path = os.path.join(tmp, "cfg.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        js = os.path.join(tmp, "groups.json")
+        r = zero("train", "--model", "gpt", "--preset", "gpt-micro", "--device", "cpu", "-n", "2",
+                 "--data", data, "--steps", "3", "--config", path, "--json", js)
+        if r.returncode != 0:
+            return r.stdout + r.stderr
+        with open(js) as f:
+            return json.load(f)["params_checksum"]
+    spelled = [{"params": ["*.bias", "*.ln1.weight", "*.ln2.weight", "ln_f.weight", "wte.weight",
+                           "wpe.weight"], "weight_decay": 0}]
+    default, same, every = checksum_with(None), checksum_with(spelled), checksum_with(
+        [{"params": ["*"], "weight_decay": 0.1}])
+    check("the GPT's default AdamW groups act (= spelled out in a config, != decay on all)",
+          default == same and default != every, (default, same, every))
 
     # Real text: the Jargon File (Debian's jargon-text, public domain; scripts/install-deps
     # installs it), as the README's first command trains on it.
