@@ -51,12 +51,14 @@ import json
 import math
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from launch import clean_env, free_port  # noqa: E402
 
 HERE = os.path.abspath(__file__)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -252,19 +254,6 @@ def torch_worker(a):
 
 # ---------------------------------------------------------------------------------------------
 # The driver.
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def clean_env():
-    # The launcher's variables of an enclosing job would make zero join it instead of starting
-    # its own; OPENBLAS_CORETYPE set by the environment would pin zero's GEMM (docs/blas.md).
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(("OMPI_", "PMIX_", "PMI_", "SLURM_")) and k != "OPENBLAS_CORETYPE"}
-
 
 def run_torch(a, ranks, precision, stage):
     with tempfile.TemporaryDirectory() as d:

@@ -1,10 +1,9 @@
 // The GPT on a GPU (one rank per GPU, NCCL, state in device memory, kernels/cuda/gpt_ops on
 // cuBLASLt): stages 0-3 bitwise identical on the GPU, bf16 and fp32 compute; the GPU run within
 // a stated tolerance of the CPU run of the same training; tokens/s and MFU against the device's
-// bf16 peak printed. Exits 77 (meson: skipped) unless every rank has a GPU of its own.
+// bf16 peak printed. Exits 77 (meson: skipped) unless every rank has a GPU of its own
+// (tests/gpu_main.cpp).
 // COMPILED, NOT VERIFIED: no GPU has run it yet.
-#define CATCH_CONFIG_RUNNER
-#include <mpi.h>
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -135,25 +134,4 @@ TEST_CASE("GPT on the GPU: tokens/s and MFU of gpt2-small (printed)") {
   std::printf("gpt2-small stage 3 bf16 on %s: %.0f tokens/s, MFU %.1f%% of %.0f TFLOP/s (%s)\n",
               d.name.c_str(), r.tokens_per_second, 100 * mfu, peak.tflops, peak.source);
   CHECK(r.losses.back() < r.losses.front());
-}
-
-int main(int argc, char** argv) {
-  try {
-    comm::MpiRuntime runtime(argc, argv);
-    int rank = 0, ok = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    ok = comm::nccl_available() && comm::node_local_rank() < kernels::cuda::device_count() ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (!ok) {
-      if (rank == 0) std::printf("no GPU of its own for every rank: the GPU GPT test is skipped\n");
-      return 77;
-    }
-    const int result = Catch::Session().run(argc, argv);
-    int worst = 0;
-    MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    return worst;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "test_gpt_cuda: %s\n", e.what());
-    return 1;
-  }
 }

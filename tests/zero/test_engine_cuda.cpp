@@ -2,9 +2,7 @@
 // against itself and against the CPU engine: stages 0-3 bitwise identical on the GPU; the GPU
 // run within a stated tolerance of the CPU run of the same training (the only difference in
 // the math is the GEMMs' summation order); the planner's model states equal the device ledger.
-// Exits 77 (meson: skipped) unless every rank has a GPU of its own.
-#define CATCH_CONFIG_RUNNER
-#include <mpi.h>
+// Exits 77 (meson: skipped) unless every rank has a GPU of its own (tests/gpu_main.cpp).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -115,26 +113,5 @@ TEST_CASE("The planner's model states equal the device ledger's") {
     CHECK(r.plan.device.model_states() == r.memory.model_states());
     CHECK(r.plan.device.activations == r.memory.activations);
     CHECK(std::abs(double(r.plan.peak_total - r.memory.peak_total)) <= 0.02 * r.memory.peak_total);
-  }
-}
-
-int main(int argc, char** argv) {
-  try {
-    comm::MpiRuntime runtime(argc, argv);
-    int rank = 0, ok = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    ok = comm::nccl_available() && comm::node_local_rank() < kernels::cuda::device_count() ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (!ok) {
-      if (rank == 0) std::printf("no GPU of its own for every rank: the GPU engine test is skipped\n");
-      return 77;
-    }
-    const int result = Catch::Session().run(argc, argv);
-    int worst = 0;
-    MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    return worst;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "test_engine_cuda: %s\n", e.what());
-    return 1;
   }
 }
