@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <span>
 #include <string>
@@ -103,6 +104,13 @@ compressed text:
   if (val_fraction > 0 && val == 0)
     throw Error(cat(source_name(input), " has ", tokens.size(), " bytes: --val-fraction ",
                     val_fraction, " of them is not one token; give more text or --val-fraction 0"));
+  // PREFIX's folder is made if it is missing (`--out data/book` in a fresh checkout).
+  const std::filesystem::path folder = std::filesystem::path(prefix).parent_path();
+  std::error_code ec;
+  if (!folder.empty() && !std::filesystem::is_directory(folder) &&
+      !std::filesystem::create_directories(folder, ec))
+    throw Error(cat("--out ", prefix, ": cannot make the folder '", folder.string(), "': ",
+                    ec ? ec.message() : "it exists and is not a folder"));
   const std::span<const std::uint16_t> all(tokens);
   write_shard(prefix + "_train.bin", all.first(all.size() - val));
   if (val > 0) write_shard(prefix + "_val.bin", all.last(val));

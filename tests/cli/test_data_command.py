@@ -76,6 +76,10 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run("--help")
     check("--help shows the usage and the flags", r.returncode == 0 and b"usage: zero data INPUT" in r.stdout
           and b"--val-fraction" in r.stdout and b"zcat" in r.stdout, r.stdout)
+    r = run(src, "--out", os.path.join(tmp, "made", "deeper", "book"))
+    check("a missing folder of PREFIX is made (--out data/book in a fresh checkout)",
+          r.returncode == 0 and os.path.exists(os.path.join(tmp, "made", "deeper", "book_train.bin")),
+          r.stderr)
 
     # Bad input: one sentence naming what is wrong, a non-zero exit, nothing written.
     missing = os.path.join(tmp, "missing.txt")
@@ -96,8 +100,7 @@ with tempfile.TemporaryDirectory() as tmp:
         ([tiny, "--out", bad], ["zero data: error:", tiny, "3 bytes", "--val-fraction 0.1"]),
         ([src], ["--out PREFIX is required"]),
         (["--out", bad], ["zero data INPUT --out PREFIX"]),
-        ([src, "--out", os.path.join(tmp, "no-such-dir", "x")],
-         [os.path.join(tmp, "no-such-dir", "x_train.bin"), "No such file or directory"]),
+        ([src, "--out", os.path.join(src, "x")], ["cannot make the folder", src]),
         ([src, "--out", bad, "--val-fractoin", "0.2"], ["did you mean '--val-fraction'?"]),
         ([src, src, "--out", bad], ["too many positional options"]),
     ]
