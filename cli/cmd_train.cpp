@@ -39,6 +39,13 @@ std::string hex16(std::uint64_t v) {
   return b;
 }
 
+// "  MFU 36.0%": a fraction as a percentage with one decimal.
+std::string percent(const char* label, double fraction) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%s%.1f%%", label, 100.0 * fraction);
+  return b;
+}
+
 std::string human_bytes(double b) {
   const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int i = 0;
@@ -549,11 +556,9 @@ int cmd_train(const Args& argv) {
                   loss, rep.grad_norm, rep.lr,
                   model->tokens_per_sample() > 1
                       ? cat("  ", static_cast<long long>(tokens_per_step / step_seconds), " tok/s",
-                            peak_flops > 0
-                                ? cat("  MFU ", std::llround(1e3 * tokens_per_step / step_seconds *
-                                                             model->flops_per_token() / peak_flops) / 10.0,
-                                      "%")
-                                : std::string(),
+                            peak_flops > 0 ? percent("  MFU ", tokens_per_step / step_seconds *
+                                                                   model->flops_per_token() / peak_flops)
+                                           : std::string(),
                             "  ", std::llround(1e3 * step_seconds), " ms").c_str()
                       : "",
                   config.precision == Precision::fp16 ? ("  scale " + std::to_string(static_cast<long long>(rep.loss_scale))).c_str() : "",
