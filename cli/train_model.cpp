@@ -11,9 +11,7 @@ class MlpModel final : public TrainModel {
   MlpModel(const models::MlpShape& shape, std::int64_t micro, std::int64_t accum,
            comm::Memory where)
       : shape_(shape), micro_(micro), accum_(accum), trainer_(shape, micro, where) {}
-  std::string describe() const override {
-    return cat("mlp ", shape_.layers, " x ", shape_.width);
-  }
+  std::string describe() const override { return cat("mlp ", shape_.layers, " x ", shape_.width); }
   std::string kind() const override { return "mlp"; }
   std::vector<UnitSpec> units() const override { return models::mlp_units(shape_); }
   void init(int p, std::span<float> out) const override { models::mlp_init(shape_, p, out); }
@@ -41,10 +39,14 @@ class GptModel final : public TrainModel {
   GptModel(const GptShape& shape, models::GptCompute compute, std::string preset,
            const std::string& data, std::uint64_t seed, std::int64_t accum, int ranks,
            comm::Memory where)
-      : shape_(shape), preset_(std::move(preset)), seed_(seed),
+      : shape_(shape),
+        preset_(std::move(preset)),
+        seed_(seed),
         split_{ranks, static_cast<int>(accum), shape.micro_batch},
-        sampler_(models::TokenFile(data), shape.seq_len, seed), trainer_(shape, compute, where),
-        inputs_(static_cast<std::size_t>(shape.micro_batch) * static_cast<std::size_t>(shape.seq_len)),
+        sampler_(models::TokenFile(data), shape.seq_len, seed),
+        trainer_(shape, compute, where),
+        inputs_(static_cast<std::size_t>(shape.micro_batch) *
+                static_cast<std::size_t>(shape.seq_len)),
         targets_(inputs_.size()) {
     sampler_.file().check_vocab(shape.vocab);
   }
@@ -56,9 +58,7 @@ class GptModel final : public TrainModel {
   }
   std::string kind() const override { return "gpt"; }
   std::vector<UnitSpec> units() const override { return gpt_units(shape_); }
-  void init(int p, std::span<float> out) const override {
-    models::gpt_init(shape_, seed_, p, out);
-  }
+  void init(int p, std::span<float> out) const override { models::gpt_init(shape_, seed_, p, out); }
   std::int64_t activation_bytes() const override { return trainer_.activation_bytes(); }
   bool tied_head() const override { return true; }
   double micro_batch(Engine& engine, std::int64_t step, std::int64_t k, int rank,

@@ -18,9 +18,9 @@ namespace zero::kernels {
 // and tanhf are a call per element, 15-20 ns each here), and the same bits on the host and the
 // device, which expf and tanhf are not.
 ZERO_HD float exp_element(float x) {
-  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f,
-                  kLn2Lo = -2.12194440e-4f, kRound = 12582912.0f;  // 1.5·2^23
-  constexpr float kLo = -87.3365478515625f, kHi = 88.37f;         // n in [-126, 127]
+  constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f,
+                  kRound = 12582912.0f;                    // 1.5·2^23
+  constexpr float kLo = -87.3365478515625f, kHi = 88.37f;  // n in [-126, 127]
   const float c = x < kLo ? kLo : (x > kHi ? kHi : x);
   const float n = (c * kLog2e + kRound) - kRound;  // round to the nearest integer
   const float r = (c - n * kLn2Hi) - n * kLn2Lo;
@@ -73,16 +73,20 @@ ZERO_HD float gelu_backward_element(float x, float dout) {
   const float c = inner < -9.0f ? -9.0f : (inner > 9.0f ? 9.0f : inner);
   const float e = exp_element(2.0f * c), e1 = e + 1.0f;
   const float sech2 = (inner < 0.625f && inner > -0.625f) ? 1.0f - t * t : 4.0f * e / (e1 * e1);
-  const float local = 0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale *
-                                              (1.0f + 3.0f * kGeluCubic * x * x);
+  const float local =
+      0.5f * (1.0f + t) + 0.5f * x * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
   return local * dout;
 }
 
 // LayerNorm of one element given its row's mean and reciprocal standard deviation
 // rstd = 1 / √(biased variance + eps): the normalised value, then the affine step.
 inline constexpr float kLayerNormEps = 1e-5f;
-ZERO_HD float layernorm_normalized(float x, float mean, float rstd) { return (x - mean) * rstd; }
-ZERO_HD float layernorm_affine(float norm, float weight, float bias) { return norm * weight + bias; }
+ZERO_HD float layernorm_normalized(float x, float mean, float rstd) {
+  return (x - mean) * rstd;
+}
+ZERO_HD float layernorm_affine(float norm, float weight, float bias) {
+  return norm * weight + bias;
+}
 
 // LayerNorm's input gradient for one element (the row's two sums precomputed):
 //   dx = rstd·(dnorm - mean(dnorm) - norm·mean(dnorm·norm)),  dnorm = weight·dout.
@@ -92,6 +96,8 @@ ZERO_HD float layernorm_input_grad(float dnorm, float norm, float rstd, float me
 }
 
 // Softmax's gradient for one element of a row: p·(dp - Σ_j p_j·dp_j).
-ZERO_HD float softmax_input_grad(float p, float dp, float dot) { return p * (dp - dot); }
+ZERO_HD float softmax_input_grad(float p, float dp, float dot) {
+  return p * (dp - dot);
+}
 
 }  // namespace zero::kernels

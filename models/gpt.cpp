@@ -18,13 +18,16 @@
 namespace zero::models {
 namespace ops = kernels::cpu::gpt;
 
-std::string_view name_of(GptCompute c) { return c == GptCompute::bf16 ? "bf16" : "fp32"; }
+std::string_view name_of(GptCompute c) {
+  return c == GptCompute::bf16 ? "bf16" : "fp32";
+}
 
 void check_gpt_shape(const GptShape& s) {
   (void)gpt_units(s);  // the planner's checks: sizes >= 1, heads dividing hidden
   if (!s.tied_embeddings)
-    throw Error("the GPT trainer implements GPT-2's tied output head; an untied head is not "
-                "implemented (set tied_embeddings)");
+    throw Error(
+        "the GPT trainer implements GPT-2's tied output head; an untied head is not "
+        "implemented (set tied_embeddings)");
   if (s.recompute) throw Error("the GPT trainer does not implement activation recomputation");
   const std::int64_t f = s.ffn_hidden > 0 ? s.ffn_hidden : 4 * std::int64_t{s.hidden};
   const std::int64_t n = std::int64_t{s.micro_batch} * s.seq_len;
@@ -49,11 +52,17 @@ bool ends_with(const std::string& s, std::string_view tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-void to_f32(const TensorView& t, float* out) { detail::view_to_f32(t, out, "GPT"); }
-void from_f32(const float* in, const TensorView& t) { detail::f32_to_view(in, t, "GPT"); }
+void to_f32(const TensorView& t, float* out) {
+  detail::view_to_f32(t, out, "GPT");
+}
+void from_f32(const float* in, const TensorView& t) {
+  detail::f32_to_view(in, t, "GPT");
+}
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 }  // namespace
 
@@ -82,8 +91,8 @@ void gpt_init(const GptShape& shape, std::uint64_t seed, int param, std::span<fl
 
 std::vector<ParamGroup> gpt_param_groups() {
   ParamGroup no_decay;
-  no_decay.params = {"*.bias", "*.ln1.weight", "*.ln2.weight", "ln_f.weight", "wte.weight",
-                     "wpe.weight"};
+  no_decay.params = {"*.bias",      "*.ln1.weight", "*.ln2.weight",
+                     "ln_f.weight", "wte.weight",   "wpe.weight"};
   no_decay.weight_decay = 0.0;
   return {no_decay};
 }
@@ -172,8 +181,8 @@ class HostOps {
     ops::matmul_forward(out, inp, w, b, n, c, oc, scratch_);
   }
   template <class T>
-  void matmul_backward(float* dinp, bool acc, float* dw, float* db, const float* dout,
-                       const T* inp, const T* w, int n, int c, int oc) {
+  void matmul_backward(float* dinp, bool acc, float* dw, float* db, const float* dout, const T* inp,
+                       const T* w, int n, int c, int oc) {
     ops::matmul_backward(dinp, acc, dw, db, dout, inp, w, n, c, oc, scratch_);
   }
   template <class T>
@@ -202,8 +211,8 @@ class HostOps {
     ops::logits_forward(logits, inp, wte, n, c, v);
   }
   template <class T>
-  void logits_backward(float* dinp, float* dwte, const float* dlogits, const T* inp,
-                       const T* wte, int n, int c, int v) {
+  void logits_backward(float* dinp, float* dwte, const float* dlogits, const T* inp, const T* wte,
+                       int n, int c, int v) {
     ops::logits_backward(dinp, dwte, dlogits, inp, wte, n, c, v, scratch_);
   }
 
@@ -225,11 +234,13 @@ GptTrainer::GptTrainer(const GptShape& shape, GptCompute compute, comm::Memory w
     impl_ = std::make_unique<detail::GptModel<bf16, HostOps>>(shape, compute);
   else
     impl_ = std::make_unique<detail::GptModel<float, HostOps>>(shape, compute);
-  const std::int64_t planned = gpt_trainer_activation_bytes(
-      shape, compute == GptCompute::bf16 ? DType::bf16 : DType::f32);
+  const std::int64_t planned =
+      gpt_trainer_activation_bytes(shape, compute == GptCompute::bf16 ? DType::bf16 : DType::f32);
   if (impl_->bytes() != planned)
-    throw std::logic_error(cat("GPT trainer: its buffers hold ", impl_->bytes(), " bytes but "
-                               "gpt_trainer_activation_bytes says ", planned));
+    throw std::logic_error(cat("GPT trainer: its buffers hold ", impl_->bytes(),
+                               " bytes but "
+                               "gpt_trainer_activation_bytes says ",
+                               planned));
 }
 GptTrainer::~GptTrainer() = default;
 GptTrainer::GptTrainer(GptTrainer&&) noexcept = default;
@@ -251,7 +262,8 @@ double GptTrainer::micro_batch(Engine& engine, std::span<const std::int32_t> inp
                         " is ", (*v)[i], ", outside the vocabulary [0, ", s.vocab, ")"));
   if (m.compute == GptCompute::bf16 && engine.config().precision != Precision::bf16)
     throw Error(cat("the GPT's bf16 compute needs bf16 parameters; this engine trains in ",
-                    name_of(engine.config().precision), " (enable bf16 in the config, or "
+                    name_of(engine.config().precision),
+                    " (enable bf16 in the config, or "
                     "compute in fp32)"));
   if (m.recorded_in != &engine.ledger()) {
     engine.ledger().record_external(Category::activations, m.bytes(), m.memory());
@@ -267,9 +279,17 @@ void GptTrainer::set_grad_hook(std::function<void(int, std::span<const float>)> 
   impl_->grad_hook = std::move(hook);
 }
 
-double GptTrainer::compute_seconds() const { return impl_->compute_seconds; }
-const GptShape& GptTrainer::shape() const { return impl_->shape; }
-GptCompute GptTrainer::compute() const { return impl_->compute; }
-std::int64_t GptTrainer::activation_bytes() const { return impl_->bytes(); }
+double GptTrainer::compute_seconds() const {
+  return impl_->compute_seconds;
+}
+const GptShape& GptTrainer::shape() const {
+  return impl_->shape;
+}
+GptCompute GptTrainer::compute() const {
+  return impl_->compute;
+}
+std::int64_t GptTrainer::activation_bytes() const {
+  return impl_->bytes();
+}
 
 }  // namespace zero::models

@@ -75,9 +75,14 @@ class DeviceOps {
         ZERO_CUDA_CHECK(cudaMemcpyAsync(out, t.data, n * 4, cudaMemcpyDeviceToDevice,
                                         static_cast<cudaStream_t>(stream_.handle)));
         break;
-      case DType::bf16: cu::cast(t.as<const bf16>(), std::span(out, n), stream_); break;
-      case DType::f16: cu::cast(t.as<const fp16>(), std::span(out, n), stream_); break;
-      default: throw Error("GPT parameters must be fp32, bf16 or fp16");
+      case DType::bf16:
+        cu::cast(t.as<const bf16>(), std::span(out, n), stream_);
+        break;
+      case DType::f16:
+        cu::cast(t.as<const fp16>(), std::span(out, n), stream_);
+        break;
+      default:
+        throw Error("GPT parameters must be fp32, bf16 or fp16");
     }
   }
   void narrow(const float* in, const TensorView& t) {
@@ -87,9 +92,14 @@ class DeviceOps {
         ZERO_CUDA_CHECK(cudaMemcpyAsync(t.data, in, n * 4, cudaMemcpyDeviceToDevice,
                                         static_cast<cudaStream_t>(stream_.handle)));
         break;
-      case DType::bf16: cu::cast(std::span(in, n), t.as<bf16>(), stream_); break;
-      case DType::f16: cu::cast(std::span(in, n), t.as<fp16>(), stream_); break;
-      default: throw Error("GPT gradients must be fp32, bf16 or fp16");
+      case DType::bf16:
+        cu::cast(std::span(in, n), t.as<bf16>(), stream_);
+        break;
+      case DType::f16:
+        cu::cast(std::span(in, n), t.as<fp16>(), stream_);
+        break;
+      default:
+        throw Error("GPT gradients must be fp32, bf16 or fp16");
     }
   }
   // The gradient hook sees host values: a synchronous copy (tests only).
@@ -142,8 +152,8 @@ class DeviceOps {
     dops::matmul_forward(out, inp, w, b, n, c, oc, ws_, stream_);
   }
   template <class T>
-  void matmul_backward(float* dinp, bool acc, float* dw, float* db, const float* dout,
-                       const T* inp, const T* w, int n, int c, int oc) {
+  void matmul_backward(float* dinp, bool acc, float* dw, float* db, const float* dout, const T* inp,
+                       const T* w, int n, int c, int oc) {
     dops::matmul_backward(dinp, acc, dw, db, dout, inp, w, n, c, oc, ws_, stream_);
   }
   template <class T>
@@ -172,8 +182,8 @@ class DeviceOps {
     dops::logits_forward(logits, inp, wte, n, c, v, ws_, stream_);
   }
   template <class T>
-  void logits_backward(float* dinp, float* dwte, const float* dlogits, const T* inp,
-                       const T* wte, int n, int c, int v) {
+  void logits_backward(float* dinp, float* dwte, const float* dlogits, const T* inp, const T* wte,
+                       int n, int c, int v) {
     dops::logits_backward(dinp, dwte, dlogits, inp, wte, n, c, v, ws_, stream_);
   }
 

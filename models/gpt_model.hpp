@@ -82,9 +82,9 @@ class GptModel final : public GptTrainer::Impl {
 
   std::int64_t bytes() const override {
     std::int64_t b = encoded.bytes() + proj.bytes() + lnf.bytes() + lnf_mean.bytes() +
-                     lnf_rstd.bytes() + logits.bytes() + dres.bytes() + dln.bytes() +
-                     dqkv.bytes() + dF.bytes() + widened.bytes() + grads_embed.bytes() +
-                     grads_unit.bytes() + ops.scratch_bytes();
+                     lnf_rstd.bytes() + logits.bytes() + dres.bytes() + dln.bytes() + dqkv.bytes() +
+                     dF.bytes() + widened.bytes() + grads_embed.bytes() + grads_unit.bytes() +
+                     ops.scratch_bytes();
     for (const Layer& l : layers)
       b += l.ln1.bytes() + l.qkv.bytes() + l.atty.bytes() + l.res2.bytes() + l.ln2.bytes() +
            l.fch.bytes() + l.fchg.bytes() + l.res3.bytes() + l.ln1_mean.bytes() +
@@ -112,12 +112,14 @@ class GptModel final : public GptTrainer::Impl {
       Layer& a = layers[static_cast<std::size_t>(l)];
       call([&] { e.gather(1 + l); });
       Unit p = load(1 + l);
-      ops.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.f[0], p.f[1], n, C);
+      ops.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.f[0], p.f[1],
+                            n, C);
       ops.matmul_forward(a.qkv.data(), a.ln1.data(), p.t[2], p.f[3], n, C, 3 * C);
       ops.attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, S, C, H);
       ops.matmul_forward(proj.data(), a.atty.data(), p.t[4], p.f[5], n, C, C);
       ops.residual_forward(a.res2.data(), x, proj.data(), nc);
-      ops.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.f[6], p.f[7], n, C);
+      ops.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(),
+                            p.f[6], p.f[7], n, C);
       ops.matmul_forward(a.fch.data(), a.ln2.data(), p.t[8], p.f[9], n, C, F);
       ops.gelu_forward(a.fchg.data(), a.fch.data(), N * F);
       ops.matmul_forward(proj.data(), a.fchg.data(), p.t[10], p.f[11], n, F, C);
@@ -136,7 +138,8 @@ class GptModel final : public GptTrainer::Impl {
     ops.logits_forward(logits.data(), lnf.data(), head.t[0], n, C, V);
     const float grad_scale = static_cast<float>(e.loss_scale() / static_cast<double>(N));
     ops.crossentropy(logits.data(), tg, n, V, grad_scale);
-    ops.logits_backward(dln.data(), grads_embed.data(), logits.data(), lnf.data(), head.t[0], n, C, V);
+    ops.logits_backward(dln.data(), grads_embed.data(), logits.data(), lnf.data(), head.t[0], n, C,
+                        V);
     call([&] { e.release(0); });
 
     // Backward, last unit first; dres carries the residual stream's gradient.
@@ -160,15 +163,18 @@ class GptModel final : public GptTrainer::Impl {
       float* g[12];
       grad_slots(1 + l, grads_unit.data(), g);
       // res3 = res2 + mlp.proj(gelu(mlp.fc(ln2(res2))))
-      ops.matmul_backward(dF.data(), false, g[10], g[11], dres.data(), a.fchg.data(), p.t[10], n, F, C);
+      ops.matmul_backward(dF.data(), false, g[10], g[11], dres.data(), a.fchg.data(), p.t[10], n, F,
+                          C);
       ops.gelu_backward(dF.data(), a.fch.data(), dF.data(), N * F);
       ops.matmul_backward(dln.data(), false, g[8], g[9], dF.data(), a.ln2.data(), p.t[8], n, C, F);
       ops.layernorm_backward(dres.data(), g[6], g[7], dln.data(), a.res2.data(), p.f[6],
                              a.ln2_mean.data(), a.ln2_rstd.data(), n, C);
       // res2 = xin + attn.proj(attention(attn.qkv(ln1(xin))))
-      ops.matmul_backward(dln.data(), false, g[4], g[5], dres.data(), a.atty.data(), p.t[4], n, C, C);
+      ops.matmul_backward(dln.data(), false, g[4], g[5], dres.data(), a.atty.data(), p.t[4], n, C,
+                          C);
       ops.attention_backward(dqkv.data(), dln.data(), a.qkv.data(), a.att.data(), B, S, C, H);
-      ops.matmul_backward(dln.data(), false, g[2], g[3], dqkv.data(), a.ln1.data(), p.t[2], n, C, 3 * C);
+      ops.matmul_backward(dln.data(), false, g[2], g[3], dqkv.data(), a.ln1.data(), p.t[2], n, C,
+                          3 * C);
       ops.layernorm_backward(dres.data(), g[0], g[1], dln.data(), xin, p.f[0], a.ln1_mean.data(),
                              a.ln1_rstd.data(), n, C);
       store_grads(1 + l, grads_unit.data());
@@ -218,9 +224,11 @@ class GptModel final : public GptTrainer::Impl {
     for (int i = 0; i < ul.param_count; ++i) {
       const TensorView v = engine->param(ul.first_param + i);
       if (v.memory != Ops::memory)
-        throw Error(cat("the GPT trainer computes in ", Ops::memory == comm::Memory::device ? "device" : "host",
+        throw Error(cat("the GPT trainer computes in ",
+                        Ops::memory == comm::Memory::device ? "device" : "host",
                         " memory but the engine keeps its parameters in ",
-                        v.memory == comm::Memory::device ? "device" : "host", " memory (give both "
+                        v.memory == comm::Memory::device ? "device" : "host",
+                        " memory (give both "
                         "the same: GptTrainer's `where` and EngineOptions::memory)"));
       const bool small = v.shape.size() == 1;
       if constexpr (half) {
@@ -256,7 +264,9 @@ class GptModel final : public GptTrainer::Impl {
     for (int i = 0; i < ul.param_count; ++i) {
       const int p = ul.first_param + i;
       const std::int64_t numel = lay.params[static_cast<std::size_t>(p)].numel;
-      if (grad_hook) ops.inspect(base + at, static_cast<std::size_t>(numel), [&](std::span<const float> g) { grad_hook(p, g); });
+      if (grad_hook)
+        ops.inspect(base + at, static_cast<std::size_t>(numel),
+                    [&](std::span<const float> g) { grad_hook(p, g); });
       TensorView g;
       call([&] { g = engine->grad(p); });
       ops.narrow(base + at, g);

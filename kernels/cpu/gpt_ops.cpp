@@ -14,8 +14,12 @@
 namespace zero::kernels::cpu::gpt {
 namespace {
 
-float ld(float x) { return x; }
-float ld(bf16 x) { return to_float(x); }
+float ld(float x) {
+  return x;
+}
+float ld(bf16 x) {
+  return to_float(x);
+}
 template <class T>
 T st(float x) {
   if constexpr (std::is_same_v<T, float>)
@@ -139,11 +143,12 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
 }
 
 template <class T>
-void matmul_forward(T* out, const T* inp, const T* weight, const float* bias, int N, int C,
-                    int OC, Scratch& scratch) {
+void matmul_forward(T* out, const T* inp, const T* weight, const float* bias, int N, int C, int OC,
+                    Scratch& scratch) {
   const std::int64_t count = static_cast<std::int64_t>(N) * OC;
   if constexpr (std::is_same_v<T, float>) {
-    for (int n = 0; n < N; ++n) std::memcpy(out + static_cast<std::int64_t>(n) * OC, bias, sizeof(float) * OC);
+    for (int n = 0; n < N; ++n)
+      std::memcpy(out + static_cast<std::int64_t>(n) * OC, bias, sizeof(float) * OC);
     gemm_t(false, true, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC);
   } else {
     float* acc = scratch.f(static_cast<std::size_t>(count));
@@ -157,9 +162,8 @@ void matmul_forward(T* out, const T* inp, const T* weight, const float* bias, in
 }
 
 template <class T>
-void matmul_backward(float* dinp, bool accumulate, float* dweight, float* dbias,
-                     const float* dout, const T* inp, const T* weight, int N, int C, int OC,
-                     Scratch& scratch) {
+void matmul_backward(float* dinp, bool accumulate, float* dweight, float* dbias, const float* dout,
+                     const T* inp, const T* weight, int N, int C, int OC, Scratch& scratch) {
   const T* d = as_operand<T>(dout, static_cast<std::size_t>(N) * OC, scratch);
   gemm_t(false, false, N, C, OC, 1.0f, d, OC, weight, C, accumulate ? 1.0f : 0.0f, dinp, C);
   gemm_t(true, false, OC, C, N, 1.0f, d, OC, inp, C, 0.0f, dweight, C);
@@ -316,23 +320,23 @@ double crossentropy_forward_backward(float* logits, const std::int32_t* targets,
   return loss;
 }
 
-#define ZERO_GPT_OPS(T)                                                                           \
-  template void embedding_forward<T>(T*, const std::int32_t*, const T*, const T*, int, int, int); \
-  template void layernorm_forward<T>(T*, float*, float*, const T*, const float*, const float*,    \
-                                     int, int);                                                   \
-  template void layernorm_backward<T>(float*, float*, float*, const float*, const T*,             \
-                                      const float*, const float*, const float*, int, int);        \
-  template void matmul_forward<T>(T*, const T*, const T*, const float*, int, int, int, Scratch&); \
-  template void matmul_backward<T>(float*, bool, float*, float*, const float*, const T*,          \
-                                   const T*, int, int, int, Scratch&);                            \
-  template void attention_forward<T>(T*, float*, const T*, int, int, int, int, Scratch&);         \
-  template void attention_backward<T>(float*, const float*, const T*, const float*, int, int,     \
-                                      int, int, Scratch&);                                        \
-  template void gelu_forward<T>(T*, const T*, std::int64_t);                                      \
-  template void gelu_backward<T>(float*, const T*, const float*, std::int64_t);                   \
-  template void residual_forward<T>(T*, const T*, const T*, std::int64_t);                      \
-  template void logits_forward<T>(float*, const T*, const T*, int, int, int);                     \
-  template void logits_backward<T>(float*, float*, const float*, const T*, const T*, int, int,    \
+#define ZERO_GPT_OPS(T)                                                                            \
+  template void embedding_forward<T>(T*, const std::int32_t*, const T*, const T*, int, int, int);  \
+  template void layernorm_forward<T>(T*, float*, float*, const T*, const float*, const float*,     \
+                                     int, int);                                                    \
+  template void layernorm_backward<T>(float*, float*, float*, const float*, const T*,              \
+                                      const float*, const float*, const float*, int, int);         \
+  template void matmul_forward<T>(T*, const T*, const T*, const float*, int, int, int, Scratch&);  \
+  template void matmul_backward<T>(float*, bool, float*, float*, const float*, const T*, const T*, \
+                                   int, int, int, Scratch&);                                       \
+  template void attention_forward<T>(T*, float*, const T*, int, int, int, int, Scratch&);          \
+  template void attention_backward<T>(float*, const float*, const T*, const float*, int, int, int, \
+                                      int, Scratch&);                                              \
+  template void gelu_forward<T>(T*, const T*, std::int64_t);                                       \
+  template void gelu_backward<T>(float*, const T*, const float*, std::int64_t);                    \
+  template void residual_forward<T>(T*, const T*, const T*, std::int64_t);                         \
+  template void logits_forward<T>(float*, const T*, const T*, int, int, int);                      \
+  template void logits_backward<T>(float*, float*, const float*, const T*, const T*, int, int,     \
                                    int, Scratch&);
 ZERO_GPT_OPS(float)
 ZERO_GPT_OPS(bf16)

@@ -46,14 +46,13 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
 
 // out[N, OC] = inp[N, C] · weightᵀ + bias, weight [OC, C] (torch.nn.Linear's layout).
 template <class T>
-void matmul_forward(T* out, const T* inp, const T* weight, const float* bias, int N, int C,
-                    int OC, Scratch& scratch);
+void matmul_forward(T* out, const T* inp, const T* weight, const float* bias, int N, int C, int OC,
+                    Scratch& scratch);
 // dinp (= or +=, see accumulate) = dout · weight; dweight = doutᵀ · inp; dbias = Σ_n dout[n, :]
 // (dweight and dbias overwritten).
 template <class T>
-void matmul_backward(float* dinp, bool accumulate, float* dweight, float* dbias,
-                     const float* dout, const T* inp, const T* weight, int N, int C, int OC,
-                     Scratch& scratch);
+void matmul_backward(float* dinp, bool accumulate, float* dweight, float* dbias, const float* dout,
+                     const T* inp, const T* weight, int N, int C, int OC, Scratch& scratch);
 
 // Causal self-attention over qkv [B·T, 3C] (q, k, v side by side; head h uses columns
 // h·C/NH .. (h+1)·C/NH of each): out [B·T, C], heads concatenated; att [B, NH, T, T] keeps the

@@ -72,7 +72,8 @@ FmaPeak measure_fma_peak(double seconds) {
       out.flops = per_iter * static_cast<double>(iters) / t;
       return out;
     }
-    iters = static_cast<long>(static_cast<double>(iters) * std::max(2.0, 1.2 * seconds / std::max(t, 1e-9)));
+    iters = static_cast<long>(static_cast<double>(iters) *
+                              std::max(2.0, 1.2 * seconds / std::max(t, 1e-9)));
   }
 }
 

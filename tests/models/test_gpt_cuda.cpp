@@ -107,7 +107,8 @@ TEST_CASE("GPT: GPU and CPU training agree to the stated tolerance") {
   auto cpu = comm::make_mpi_communicator();
   // fp32: the GEMMs' and the row reductions' summation orders differ -> 1e-4 relative (L2 over
   // all weights) after 10 steps. bf16: a last-bit difference can flip a bf16 rounding -> 2e-2.
-  for (auto [compute, tol] : {std::pair{GptCompute::fp32, 1e-4}, std::pair{GptCompute::bf16, 2e-2}}) {
+  for (auto [compute, tol] :
+       {std::pair{GptCompute::fp32, 1e-4}, std::pair{GptCompute::bf16, 2e-2}}) {
     const Run g = train(*gpu, comm::Memory::device, 3, compute, small(), 10, 8);
     const Run c = train(*cpu, comm::Memory::host, 3, compute, small(), 10, 8);
     const double diff = relative_l2(g.master, c.master);
@@ -115,9 +116,10 @@ TEST_CASE("GPT: GPU and CPU training agree to the stated tolerance") {
     CHECK(diff < tol);
     for (std::size_t s = 0; s < g.losses.size(); ++s)
       CHECK(g.losses[s] == Approx(c.losses[s]).epsilon(tol));
-    std::printf("gpt gpu-vs-cpu %s: master relative L2 %.3g (bound %.0e), final loss gpu %.6f "
-                "cpu %.6f\n",
-                std::string(name_of(compute)).c_str(), diff, tol, g.losses.back(), c.losses.back());
+    std::printf(
+        "gpt gpu-vs-cpu %s: master relative L2 %.3g (bound %.0e), final loss gpu %.6f "
+        "cpu %.6f\n",
+        std::string(name_of(compute)).c_str(), diff, tol, g.losses.back(), c.losses.back());
   }
 }
 

@@ -94,8 +94,8 @@ Result train(comm::Communicator& parent, const Run& r) {
 
   PlanInput p = plan_input_from_config(c, n);
   p.units = gpt_units(shape);
-  p.activation_bytes = gpt_trainer_activation_bytes(
-      shape, r.compute == GptCompute::bf16 ? DType::bf16 : DType::f32);
+  p.activation_bytes =
+      gpt_trainer_activation_bytes(shape, r.compute == GptCompute::bf16 ? DType::bf16 : DType::f32);
   p.tied_head = true;
   p.device = false;
   out.plan = plan_memory(p);
@@ -106,10 +106,9 @@ Result train(comm::Communicator& parent, const Run& r) {
 
 TEST_CASE("GPT: stages 0-3 give bitwise equal weights") {
   auto world = comm::make_mpi_communicator();
-  for (auto [precision, compute] : {std::pair{Precision::bf16, GptCompute::bf16},
-                                    std::pair{Precision::bf16, GptCompute::fp32},
-                                    std::pair{Precision::fp16, GptCompute::fp32},
-                                    std::pair{Precision::fp32, GptCompute::fp32}})
+  for (auto [precision, compute] :
+       {std::pair{Precision::bf16, GptCompute::bf16}, std::pair{Precision::bf16, GptCompute::fp32},
+        std::pair{Precision::fp16, GptCompute::fp32}, std::pair{Precision::fp32, GptCompute::fp32}})
     for (std::int64_t accum : {1, 2}) {
       Run r{precision, compute, 0, accum};
       const Result base = train(*world, r);

@@ -57,7 +57,8 @@ std::map<std::string, Tensor> read_fixture() {
     f.read(name.data(), static_cast<std::streamsize>(name.size()));
     Tensor t;
     t.shape.resize(u32());
-    f.read(reinterpret_cast<char*>(t.shape.data()), static_cast<std::streamsize>(8 * t.shape.size()));
+    f.read(reinterpret_cast<char*>(t.shape.data()),
+           static_cast<std::streamsize>(8 * t.shape.size()));
     std::int64_t n = 1;
     for (auto d : t.shape) n *= d;
     t.data.resize(static_cast<std::size_t>(n));
@@ -92,11 +93,11 @@ double distance(const float* got, const std::vector<float>& want) {
   }
   return err / std::max(scale, 1e-30);
 }
-#define CHECK_CLOSE(got, name, tol)                                 \
-  do {                                                              \
-    const double d_ = distance((got), fixed(name));                   \
+#define CHECK_CLOSE(got, name, tol)                                           \
+  do {                                                                        \
+    const double d_ = distance((got), fixed(name));                           \
     INFO(name << ": relative distance " << d_ << " (bound " << (tol) << ")"); \
-    CHECK(d_ <= (tol));                                             \
+    CHECK(d_ <= (tol));                                                       \
   } while (0)
 
 constexpr int B = 2, T = 8, C = 16, NH = 2, V = 64, N = B * T;
@@ -141,9 +142,10 @@ TEST_CASE("GPT ops match PyTorch in fp32") {
   }
   SECTION("attention") {
     std::vector<float> out(N * C), att(B * NH * T * T), dqkv(N * 3 * C);
-    ops::attention_forward(out.data(), att.data(), fixed("attention.qkv").data(), B, T, C, NH, scratch);
-    ops::attention_backward(dqkv.data(), fixed("attention.dout").data(), fixed("attention.qkv").data(),
-                            att.data(), B, T, C, NH, scratch);
+    ops::attention_forward(out.data(), att.data(), fixed("attention.qkv").data(), B, T, C, NH,
+                           scratch);
+    ops::attention_backward(dqkv.data(), fixed("attention.dout").data(),
+                            fixed("attention.qkv").data(), att.data(), B, T, C, NH, scratch);
     CHECK_CLOSE(out.data(), "attention.out", kFp32);
     CHECK_CLOSE(dqkv.data(), "attention.dqkv", kFp32);
   }
@@ -161,7 +163,8 @@ TEST_CASE("GPT ops match PyTorch in fp32") {
     std::vector<float> out(N * C), dwte(V * C, 0), dwpe(T * C, 0);
     ops::embedding_forward(out.data(), tok.data(), fixed("embedding.wte").data(),
                            fixed("embedding.wpe").data(), N, T, C);
-    ops::embedding_backward(dwte.data(), dwpe.data(), fixed("embedding.dout").data(), tok.data(), N, T, C);
+    ops::embedding_backward(dwte.data(), dwpe.data(), fixed("embedding.dout").data(), tok.data(), N,
+                            T, C);
     CHECK_CLOSE(out.data(), "embedding.out", kFp32);
     CHECK_CLOSE(dwte.data(), "embedding.dwte", kFp32);
     CHECK_CLOSE(dwpe.data(), "embedding.dwpe", kFp32);
@@ -214,11 +217,11 @@ ModelRun run_model(Precision precision, models::GptCompute compute, int steps = 
   });
   models::GptTrainer trainer(shape, compute);
   ModelRun r;
-  trainer.set_grad_hook([&](int p, std::span<const float> g) {
-    r.grads[p].assign(g.begin(), g.end());
-  });
+  trainer.set_grad_hook(
+      [&](int p, std::span<const float> g) { r.grads[p].assign(g.begin(), g.end()); });
   for (int s = 0; s < steps; ++s) {
-    const double loss = trainer.micro_batch(engine, tokens("model.tokens"), tokens("model.targets"));
+    const double loss =
+        trainer.micro_batch(engine, tokens("model.tokens"), tokens("model.targets"));
     if (s == 0) r.loss = loss;
     if (losses) losses->push_back(loss);
     engine.step();
@@ -257,8 +260,8 @@ TEST_CASE("GPT model: loss and every gradient match PyTorch") {
 
 TEST_CASE("GPT model: three AdamW steps match PyTorch's") {
   // torch's AdamW (default, single-tensor) in fp32 against ours (fp32 compute and params): the
-  // loss before each step to 2e-6 relative, the parameters after to 2e-5 absolute (8.3e-6 seen) (the script's
-  // own fp32-vs-fp64 run differs by 7.7e-6 at most; the lr is 1e-2).
+  // loss before each step to 2e-6 relative, the parameters after to 2e-5 absolute (8.3e-6 seen)
+  // (the script's own fp32-vs-fp64 run differs by 7.7e-6 at most; the lr is 1e-2).
   const GptShape shape = reference_shape();
   std::vector<std::string> names;
   for (const auto& u : gpt_units(shape))
