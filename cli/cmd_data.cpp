@@ -57,28 +57,12 @@ int cmd_data(const Args& argv) {
   // clang-format off
   opts.add_options()
       ("out", po::value(&prefix)->value_name("PREFIX"),
-       "write PREFIX_train.bin and PREFIX_val.bin (the folder must exist)")
+       "write PREFIX_train.bin and PREFIX_val.bin (PREFIX's folder is made if missing)")
       ("val-fraction", po::value(&val_fraction)->value_name("F")->default_value(0.1, "0.1"),
        "the last fraction F (0 <= F < 1) of the bytes goes to PREFIX_val.bin; 0 writes none")
       ("help,h", "show this help");
   // clang-format on
-  po::options_description with_input;
-  with_input.add(opts).add_options()("input", po::value(&input));
-  po::positional_options_description positional;
-  positional.add("input", 1);
-
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(Args(argv.begin() + 2, argv.end()))
-                  .options(with_input)
-                  .positional(positional)
-                  .run(),
-              vm);
-  } catch (const po::unknown_option&) {
-    parse_options(argv, opts);  // parse_options knows no positional word, but adds a did-you-mean
-    throw;
-  }
-  po::notify(vm);
+  const po::variables_map vm = parse_options(argv, opts, &input);
   if (vm.count("help")) {
     std::cout << R"(usage: zero data INPUT --out PREFIX [--val-fraction F]
 

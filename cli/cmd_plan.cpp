@@ -36,16 +36,6 @@ void require_at_least(std::string_view flag, std::int64_t value, std::int64_t le
   if (value < least) throw Error(cat(flag, " must be >= ", least, ", got ", value));
 }
 
-std::string join(const std::vector<std::string>& items, std::string_view sep) {
-  std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : std::string(sep)) + s;
-  return out;
-}
-
-GptShape find_preset(const std::string& name) {
-  if (auto shape = gpt_preset(name)) return *shape;
-  throw Error(cat("--preset: unknown '", name, "'; known: ", join(gpt_preset_names(), ", ")));
-}
 
 void list_presets() {
   for (const auto& name : gpt_preset_names()) {
@@ -359,7 +349,7 @@ int cmd_plan(const Args& argv) {
     model_text = cat(in.model_name, " in ", units, " equal units");
   } else if (vm.count("preset") || gpt_given) {
     const GptShape given = shape;
-    shape = vm.count("preset") ? find_preset(preset) : GptShape{};
+    shape = vm.count("preset") ? preset_shape(preset) : GptShape{};
     if (!vm.count("preset"))
       for (const char* f : {"layers", "hidden", "heads"})
         if (!vm.count(f)) throw Error(cat("--", f, " is needed for a GPT without --preset"));

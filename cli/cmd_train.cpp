@@ -145,12 +145,7 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
     if (f.data.empty())
       throw Error("--model gpt needs --data FILE: a token file (llm.c's .bin shards or nanoGPT's "
                   "train.bin; `zero data TEXT --out PREFIX` makes one from a text file)");
-    if (!gpt_preset(f.preset))
-      throw Error(cat("--preset: unknown '", f.preset, "'; known: ", [] {
-        std::string all;
-        for (const auto& n : gpt_preset_names()) all += (all.empty() ? "" : ", ") + n;
-        return all;
-      }()));
+    (void)preset_shape(f.preset);  // an unknown name is an error here
     if (vm.count("compute") && f.compute != "bf16" && f.compute != "fp32")
       throw Error(cat("--compute: expected bf16 or fp32, got '", f.compute, "'"));
     for (const char* mlp_only : {"layers", "width"})
@@ -305,7 +300,7 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   if (!config.train_batch_size && !config.micro_batch_given)
     config.train_batch_size = run.gpt ? 16 : 64;
   if (run.gpt) {
-    run.gpt_shape = *gpt_preset(f.preset);
+    run.gpt_shape = preset_shape(f.preset);
     run.compute = vm.count("compute") ? (f.compute == "bf16" ? models::GptCompute::bf16
                                                              : models::GptCompute::fp32)
                   : config.precision == Precision::bf16 ? models::GptCompute::bf16
@@ -424,12 +419,7 @@ int cmd_train(const Args& argv) {
   // The GPT's MFU is against the cores' FMA peak, measured here while no rank runs (ranks
   // sharing cores would measure each other) and handed to the ranks.
   if (f.model == "gpt" && asked > 1 && !in_mpi_job() && !std::getenv("ZERO_FMA_PEAK")) {
-    // The best of four short runs: another process on the cores only ever lowers a reading.
-    kernels::cpu::FmaPeak peak;
-    for (int i = 0; i < 4; ++i) {
-      const kernels::cpu::FmaPeak p = kernels::cpu::measure_fma_peak(0.05);
-      if (p.flops > peak.flops) peak = p;
-    }
+    const kernels::cpu::FmaPeak peak = kernels::cpu::measure_fma_peak(0.05, 4);
     ::setenv("ZERO_FMA_PEAK", cat(peak.flops, " ", peak.kernel).c_str(), 1);
   }
   if (asked > 0) ensure_ranks(asked, argv);
@@ -470,7 +460,7 @@ int cmd_train(const Args& argv) {
 
   std::unique_ptr<TrainModel> model =
       run.gpt ? make_gpt_model(run.gpt_shape, run.compute, f.preset, f.data, shape.seed, accum, n, where)
-              : make_mlp_model(shape, micro, accum, where);
+              : make_mlp_model(shape, micro, where);
   // The GPT's AdamW groups (no decay on biases, LayerNorm, embeddings) unless the config gives
   // its own param_groups.
   if (run.gpt && config.param_groups.empty()) {
@@ -524,7 +514,7 @@ int cmd_train(const Args& argv) {
       std::getline(in >> std::ws, kernel);
       peak.kernel = kernel;
     } else {
-      peak = kernels::cpu::measure_fma_peak(0.1);
+      peak = kernels::cpu::measure_fma_peak(0.05, 4);
     }
     const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
     const long used = std::min<long>(cores, n);

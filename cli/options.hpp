@@ -9,18 +9,33 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "zero/error.hpp"
 #include "zero/json_reader.hpp"
+#include "zero/planner.hpp"
 
 namespace zero::cli {
 
 // The parsed and notified flags of argv[2...]; program_options errors propagate (main turns them
-// into one line and exit status 2), an unknown flag with the closest known one added.
+// into one line and exit status 2), an unknown flag with the closest known one added. With
+// `positional`, one word that is not a flag is stored there (`zero data INPUT`); a second one is
+// an error.
 inline boost::program_options::variables_map parse_options(
-    const Args& argv, const boost::program_options::options_description& opts) {
+    const Args& argv, const boost::program_options::options_description& opts,
+    std::string* positional = nullptr) {
   namespace po = boost::program_options;
-  po::parsed_options parsed(&opts);
+  po::options_description all;
+  all.add(opts);
+  po::positional_options_description words;
+  if (positional) {
+    all.add_options()("positional-argument", po::value(positional));
+    words.add("positional-argument", 1);
+  }
+  po::parsed_options parsed(&all);
   try {
-    parsed = po::command_line_parser(Args(argv.begin() + 2, argv.end())).options(opts).run();
+    po::command_line_parser parser(Args(argv.begin() + 2, argv.end()));
+    parser.options(all);
+    if (positional) parser.positional(words);
+    parsed = parser.run();
   } catch (const po::unknown_option& e) {
     const std::string given = e.get_option_name();  // "--stpes"
     std::string line = e.what();
@@ -36,7 +51,8 @@ inline boost::program_options::variables_map parse_options(
   }
   // Without positional options, program_options keeps a stray word aside instead of failing.
   const std::vector<std::string> stray =
-      po::collect_unrecognized(parsed.options, po::include_positional);
+      po::collect_unrecognized(parsed.options, positional ? po::exclude_positional
+                                                          : po::include_positional);
   if (!stray.empty()) {
     std::string words;
     for (const auto& s : stray) words += (words.empty() ? "'" : ", '") + s + "'";
@@ -47,6 +63,15 @@ inline boost::program_options::variables_map parse_options(
   po::store(parsed, vm);
   po::notify(vm);
   return vm;
+}
+
+// The GPT shape a --preset names (`zero plan`, `zero train --model gpt`); an unknown name is one
+// sentence listing the known ones.
+inline GptShape preset_shape(const std::string& name) {
+  if (auto shape = gpt_preset(name)) return *shape;
+  std::string known;
+  for (const auto& n : gpt_preset_names()) known += (known.empty() ? "" : ", ") + n;
+  throw Error(cat("--preset: unknown '", name, "'; known: ", known));
 }
 
 }  // namespace zero::cli

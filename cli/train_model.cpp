@@ -8,9 +8,8 @@ namespace {
 
 class MlpModel final : public TrainModel {
  public:
-  MlpModel(const models::MlpShape& shape, std::int64_t micro, std::int64_t accum,
-           comm::Memory where)
-      : shape_(shape), micro_(micro), accum_(accum), trainer_(shape, micro, where) {}
+  MlpModel(const models::MlpShape& shape, std::int64_t micro, comm::Memory where)
+      : shape_(shape), micro_(micro), trainer_(shape, micro, where) {}
   std::string describe() const override { return cat("mlp ", shape_.layers, " x ", shape_.width); }
   std::string kind() const override { return "mlp"; }
   std::vector<UnitSpec> units() const override { return models::mlp_units(shape_); }
@@ -30,7 +29,7 @@ class MlpModel final : public TrainModel {
 
  private:
   models::MlpShape shape_;
-  std::int64_t micro_, accum_;
+  std::int64_t micro_;
   models::MlpTrainer trainer_;
 };
 
@@ -87,8 +86,8 @@ class GptModel final : public TrainModel {
 }  // namespace
 
 std::unique_ptr<TrainModel> make_mlp_model(const models::MlpShape& shape, std::int64_t micro,
-                                           std::int64_t accum, comm::Memory where) {
-  return std::make_unique<MlpModel>(shape, micro, accum, where);
+                                           comm::Memory where) {
+  return std::make_unique<MlpModel>(shape, micro, where);
 }
 
 std::unique_ptr<TrainModel> make_gpt_model(const GptShape& shape, models::GptCompute compute,

@@ -43,7 +43,7 @@ class TrainModel {
 
 // The MLP on `where` memory (the GPU path: device).
 std::unique_ptr<TrainModel> make_mlp_model(const models::MlpShape& shape, std::int64_t micro,
-                                           std::int64_t accum, comm::Memory where);
+                                           comm::Memory where);
 
 // The GPT over a token file: shape.micro_batch sequences per micro-batch, the global batch split
 // as models::BatchSplit says; `seed` shuffles the sequences and initialises the weights.

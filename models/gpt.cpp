@@ -48,10 +48,6 @@ double normal(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
 
-bool ends_with(const std::string& s, std::string_view tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 void to_f32(const TensorView& t, float* out) {
   detail::view_to_f32(t, out, "GPT");
 }
@@ -75,7 +71,7 @@ void gpt_init(const GptShape& shape, std::uint64_t seed, int param, std::span<fl
       if (p++ == param) spec = &ps;
   if (!spec) throw Error(cat("gpt_init: no param ", param, " in a GPT of ", p, " params"));
   const std::string& n = spec->name;
-  if (ends_with(n, ".bias")) {
+  if (n.ends_with(".bias")) {
     std::fill(out.begin(), out.end(), 0.0f);
     return;
   }
@@ -83,7 +79,7 @@ void gpt_init(const GptShape& shape, std::uint64_t seed, int param, std::span<fl
     std::fill(out.begin(), out.end(), 1.0f);
     return;
   }
-  const bool residual = ends_with(n, "attn.proj.weight") || ends_with(n, "mlp.proj.weight");
+  const bool residual = n.ends_with("attn.proj.weight") || n.ends_with("mlp.proj.weight");
   const double sd = residual ? 0.02 / std::sqrt(2.0 * shape.layers) : 0.02;
   for (std::size_t i = 0; i < out.size(); ++i)
     out[i] = static_cast<float>(sd * normal(seed, static_cast<std::uint64_t>(param), i));

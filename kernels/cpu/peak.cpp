@@ -49,9 +49,7 @@ __attribute__((target("avx2,fma"))) float fma_avx2(long iters) {
 
 volatile float g_sink;
 
-}  // namespace
-
-FmaPeak measure_fma_peak(double seconds) {
+FmaPeak measure_once(double seconds) {
   float (*run)(long) = nullptr;
   double per_iter = 0;
   FmaPeak out;
@@ -75,6 +73,17 @@ FmaPeak measure_fma_peak(double seconds) {
     iters = static_cast<long>(static_cast<double>(iters) *
                               std::max(2.0, 1.2 * seconds / std::max(t, 1e-9)));
   }
+}
+
+}  // namespace
+
+FmaPeak measure_fma_peak(double seconds, int tries) {
+  FmaPeak best = measure_once(seconds);
+  for (int i = 1; i < tries; ++i) {
+    const FmaPeak p = measure_once(seconds);
+    if (p.flops > best.flops) best = p;
+  }
+  return best;
 }
 
 }  // namespace zero::kernels::cpu
