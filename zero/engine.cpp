@@ -665,22 +665,27 @@ void Engine::init_params(const std::function<void(int, std::span<float>)>& fill)
                 {.rank = s.rank});
   }
   s.backend->upload(s.master.data(), host.data(), host.size() * sizeof(float));
-  const float* master = static_cast<const float*>(s.master.data());
-  // The working params are the master weights rounded to the working dtype.
-  for (std::size_t u = 0; u < s.layout.units.size(); ++u) {
-    const auto& U = s.layout.units[u];
+  s.params_from_master();
+}
+
+// The working params are the master weights rounded to the working dtype (init_params, and a
+// checkpoint's load).
+void Engine::Impl::params_from_master() {
+  const float* values = static_cast<const float*>(master.data());
+  for (std::size_t u = 0; u < layout.units.size(); ++u) {
+    const auto& U = layout.units[u];
     const int ui = static_cast<int>(u);
-    const float* src = master + s.state_offset(ui);
+    const float* src = values + state_offset(ui);
     // (fp32 params that are the master buffer: the store copies nothing, dst being src.)
-    if (s.policy.after_step == ParamsAfterStep::update_full) {
-      s.store(slice(s.full_params(), s.work_dtype, U.offset, U.padded_numel), src);
-    } else if (!s.gathers_params(ui)) {
-      s.store(slice(s.shard_params(), s.work_dtype, U.shard_offset, U.shard_numel), src);
+    if (policy.after_step == ParamsAfterStep::update_full) {
+      store(slice(full_params(), work_dtype, U.offset, U.padded_numel), src);
+    } else if (!gathers_params(ui)) {
+      store(slice(shard_params(), work_dtype, U.shard_offset, U.shard_numel), src);
     } else {
-      Allocation tmp = s.alloc(Category::buckets, bytes(U.shard_numel, s.work_dtype));
-      Slice shard = slice(tmp, s.work_dtype, 0, U.shard_numel);
-      s.store(shard, src);
-      s.all_gather_params(ui, shard);
+      Allocation tmp = alloc(Category::buckets, bytes(U.shard_numel, work_dtype));
+      Slice shard = slice(tmp, work_dtype, 0, U.shard_numel);
+      store(shard, src);
+      all_gather_params(ui, shard);
     }
   }
 }

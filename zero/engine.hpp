@@ -227,6 +227,7 @@ class Engine {
   struct Impl;
 
  private:
+  friend struct CheckpointAccess;  // zero/checkpoint.cpp saves and restores the state
   std::unique_ptr<Impl> impl_;
 };
 

@@ -269,6 +269,9 @@ struct Engine::Impl {
            (policy.after_step == ParamsAfterStep::update_shard && layout.units[u].persistent);
   }
   void prefetch_after(int u);          // stage 3: gathers ahead of u in the direction of travel
+  // The working params from the fp32 master (rounded to the working dtype; all-gathered where
+  // the stage keeps them whole): after init_params and after a checkpoint's load.
+  void params_from_master();
   void record_comm_scratch();          // counts the communicator's staging growth in the ledger
   std::int64_t comm_scratch_recorded = 0;
 };

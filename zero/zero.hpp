@@ -10,6 +10,7 @@
 #include "precision/convert.hpp"
 #include "precision/fp16.hpp"
 #include "zero/build_info.hpp"
+#include "zero/checkpoint.hpp"
 #include "zero/config.hpp"
 #include "zero/engine.hpp"
 #include "zero/layout.hpp"

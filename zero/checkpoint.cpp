@@ -1,0 +1,568 @@
+// Saving and loading an engine's state (zero/checkpoint.hpp). The format is in
+// zero/checkpoint_format.hpp; what makes a save atomic and a load all-or-nothing is here.
+//
+// A save, on every rank:
+//   1. (training thread) rank 0 makes the hidden folder DIR/.partial-step_N; one small
+//      all-gather tells every rank it exists and which ranks write (with hierarchical sharding
+//      only the first shard group: the others hold the same shards).
+//   2. (training thread) a writer copies its pieces of master, exp_avg and exp_avg_sq to one host
+//      buffer: the bytes of its piece file. This copy is the whole stall of training.
+//   3. (writer thread) the piece file is written and fsynced, then its index (the pieces and the
+//      chunk checksums) is written under a temporary name, fsynced and renamed: the index is the
+//      rank's "done". A rank that fails writes rank_R.failed with its sentence instead.
+//   4. (rank 0's writer thread) waits for every writer's index, writes meta.json (temporary
+//      name, fsync, rename), fsyncs the folder, renames it to DIR/step_N (this is the commit),
+//      fsyncs DIR, points DIR/latest at it, and deletes checkpoints beyond `keep`.
+//   5. (training thread, at the next save or wait()) one all-gather of every rank's outcome: on
+//      a failure every rank throws the same sentence. Earlier checkpoints are never touched
+//      before step 4 has committed the new one.
+// No collective runs outside the training thread: the writer threads only touch files.
+#include "zero/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <cerrno>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "zero/build_info.hpp"
+#include "zero/engine_impl.hpp"
+
+namespace zero {
+namespace fs = std::filesystem;
+namespace json = boost::json;
+
+struct CheckpointAccess {
+  static Engine::Impl& of(Engine& e) { return *e.impl_; }
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// --- files ------------------------------------------------------------------------------------
+
+// ZERO_CKPT_FAIL_AFTER_BYTES=N (a test hook, docs/checkpoints.md): each save's writes on this
+// process fail with ENOSPC once N bytes of it have been written, as on a full disk.
+std::int64_t injected_limit() {
+  const char* v = std::getenv("ZERO_CKPT_FAIL_AFTER_BYTES");
+  return v ? std::atoll(v) : -1;
+}
+std::atomic<std::int64_t> g_written{0};  // bytes the save in flight wrote (the hook only)
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+[[noreturn]] void io_fail(const std::string& what, const std::string& path, int err) {
+  throw Error(cat("cannot ", what, " ", path, ": ", std::strerror(err),
+                  err == ENOSPC ? " (the disk is full)" : ""));
+}
+
+void write_file(const std::string& path, std::span<const std::byte> data, bool injectable = true) {
+  Fd f;
+  f.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f.fd < 0) io_fail("create", path, errno);
+  const std::int64_t limit = injectable ? injected_limit() : -1;
+  std::size_t done = 0;
+  while (done < data.size()) {
+    std::size_t n = std::min<std::size_t>(data.size() - done, std::size_t{8} << 20);
+    if (limit >= 0) {
+      if (g_written >= limit) io_fail("write", path, ENOSPC);
+      n = std::min<std::size_t>(n, static_cast<std::size_t>(limit - g_written));
+    }
+    const ssize_t w = ::write(f.fd, data.data() + done, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) io_fail("write", path, errno);
+    done += static_cast<std::size_t>(w);
+    g_written += w;
+  }
+  if (::fsync(f.fd) != 0) io_fail("sync", path, errno);
+  const int fd = f.fd;
+  f.fd = -1;
+  if (::close(fd) != 0) io_fail("close", path, errno);
+}
+
+void write_text(const std::string& path, const std::string& text, bool injectable = true) {
+  write_file(path, std::as_bytes(std::span(text.data(), text.size())), injectable);
+}
+
+void sync_dir(const std::string& path) {
+  Fd f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (f.fd < 0 || ::fsync(f.fd) != 0) io_fail("sync the folder", path, errno);
+}
+
+// Writes `text` to `path` atomically: a temporary name, fsync, rename, fsync of the folder.
+void replace_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  write_text(tmp, text);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) io_fail("rename into place", path, errno);
+  sync_dir(fs::path(path).parent_path().string());
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string rank_name(int rank, const char* ext) {
+  char b[40];
+  std::snprintf(b, sizeof b, "rank_%05d.%s", rank, ext);
+  return b;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return b;
+}
+
+// --- agreement --------------------------------------------------------------------------------
+
+// Every rank's error sentence (empty: none), all-gathered; the first non-empty one, named by its
+// rank, or "" when every rank succeeded. Every rank returns the same. A `weak` sentence (one that
+// only follows from another rank's failure) is chosen only when no rank has another.
+std::string agree(Engine::Impl& s, const std::string& mine, bool weak = false) {
+  constexpr std::size_t kWords = 96;  // 767 bytes of message and a weak flag per rank
+  std::int64_t buf[kWords] = {};
+  auto* bytes = reinterpret_cast<char*>(buf);
+  bytes[0] = mine.empty() ? 0 : weak ? 1 : 2;
+  std::memcpy(bytes + 1, mine.data(), std::min(mine.size(), sizeof buf - 2));
+  std::vector<std::int64_t> all(kWords * static_cast<std::size_t>(s.agreeing_ranks()));
+  s.all_gather_host(buf, all.data(), kWords, DType::i64);
+  for (const char level : {2, 1})
+    for (int r = 0; r < s.agreeing_ranks(); ++r) {
+      const char* b = reinterpret_cast<const char*>(all.data() + kWords * static_cast<std::size_t>(r));
+      if (b[0] != level) continue;
+      const std::string m(b + 1, strnlen(b + 1, sizeof buf - 1));
+      return m.starts_with("rank ") ? m : cat("rank ", r, ": ", m);
+    }
+  return "";
+}
+
+void require_between_steps(const Engine::Impl& s, const char* what) {
+  if (s.options.count_only) throw Error(cat(what, ": a counting engine (count_only) holds no state"));
+  bool idle = s.reduce_log.empty() && s.in_flight.empty();
+  for (const UnitRun& u : s.units) idle = idle && u.reductions == 0;
+  if (!idle)
+    throw Error(cat(what, " between optimizer steps only: reduce_grads was called since the last "
+                          "step(), so gradients are half accumulated"),
+                {.rank = s.rank});
+}
+
+// Where element `unit_pos` of unit u (unit coordinates) lives in the optimizer-state buffers.
+std::int64_t state_index(const Engine::Impl& s, int u, std::int64_t unit_pos) {
+  const auto& U = s.layout.units[static_cast<std::size_t>(u)];
+  return s.state_offset(u) + unit_pos - (s.policy.shard_optimizer ? U.shard_range(s.shard_rank).begin : 0);
+}
+
+std::string config_summary(const Engine::Impl& s) {
+  const Config& c = s.config;
+  json::object o{{"stage", c.zero.stage},
+                 {"precision", std::string(name_of(c.precision))},
+                 {"gradient_accumulation_steps", c.gradient_accumulation_steps},
+                 {"gradient_clipping", c.gradient_clipping},
+                 {"optimizer", {{"type", c.optimizer.type == OptimizerType::adamw ? "AdamW" : "Adam"},
+                                {"lr", c.optimizer.lr},
+                                {"betas", json::array{c.optimizer.beta1, c.optimizer.beta2}},
+                                {"eps", c.optimizer.eps},
+                                {"weight_decay", c.optimizer.weight_decay}}}};
+  if (c.train_batch_size) o["train_batch_size"] = *c.train_batch_size;
+  return json::serialize(o);
+}
+
+}  // namespace
+
+// --- saving -----------------------------------------------------------------------------------
+
+// One save's work after the copy to host: what the writer thread needs, owned by it.
+struct SaveJob {
+  std::string dir, staging, final_name;
+  int rank = 0;
+  bool writer = false;
+  bool commits = false;          // rank 0
+  std::vector<int> writers;      // world ranks that write a piece file
+  std::vector<std::byte> bytes;  // this rank's piece file
+  std::vector<std::array<std::int64_t, 4>> pieces;  // (param, begin, count, offset)
+  CheckpointMeta meta;           // rank 0: everything but files and pieces
+  int keep = 0;
+  double timeout = 600;
+  // Results.
+  std::string error;
+  bool error_is_another_ranks = false;  // rank 0 gave up because a writer said it failed
+  SaveResult result;
+};
+
+namespace {
+
+void write_pieces(SaveJob& j) {
+  const auto t = Clock::now();
+  g_written = 0;
+  const std::string bin = rank_name(j.rank, "bin");
+  write_file((fs::path(j.staging) / bin).string(), j.bytes);
+  json::array pieces;
+  for (const auto& p : j.pieces) pieces.push_back(json::array{p[0], p[1], p[2], p[3]});
+  const std::vector<std::uint32_t> crc = chunk_checksums(j.bytes);
+  json::object index{{"rank", j.rank},
+                     {"file", {{"name", bin},
+                               {"bytes", static_cast<std::int64_t>(j.bytes.size())},
+                               {"crc32c", json::array(crc.begin(), crc.end())}}},
+                     {"pieces", std::move(pieces)}};
+  replace_file((fs::path(j.staging) / rank_name(j.rank, "json")).string(), json::serialize(index));
+  j.result.bytes = static_cast<std::int64_t>(j.bytes.size());
+  j.result.write_seconds = since(t);
+  std::vector<std::byte>().swap(j.bytes);  // the host copy is freed as soon as it is on disk
+}
+
+// Rank 0: every writer's index, then meta.json, then the rename that makes it a checkpoint.
+void commit(SaveJob& j) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(j.timeout);
+  CheckpointMeta& m = j.meta;
+  for (int r : j.writers) {
+    const fs::path index = fs::path(j.staging) / rank_name(r, "json");
+    const fs::path failed = fs::path(j.staging) / rank_name(r, "failed");
+    for (;;) {
+      std::error_code ec;
+      if (fs::exists(index, ec)) break;
+      if (fs::exists(failed, ec)) {
+        j.error_is_another_ranks = true;
+        throw Error(cat("rank ", r, ": ", read_text(failed.string())));
+      }
+      if (Clock::now() > deadline)
+        throw Error(cat("rank ", r, "'s piece of checkpoint ", j.final_name, " did not arrive in ",
+                        j.staging, " within ", j.timeout, " s (is ", j.dir,
+                        " one folder that every rank sees?)"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    const json::value v = json::parse(read_text(index.string()));
+    const json::object& o = v.as_object();
+    const json::object& f = o.at("file").as_object();
+    CheckpointFile cf;
+    cf.name = std::string(f.at("name").as_string());
+    cf.bytes = f.at("bytes").to_number<std::int64_t>();
+    for (const auto& c : f.at("crc32c").as_array()) cf.crc32c.push_back(c.to_number<std::uint32_t>());
+    const int file = static_cast<int>(m.files.size());
+    m.files.push_back(std::move(cf));
+    for (const auto& pv : o.at("pieces").as_array()) {
+      const auto& a = pv.as_array();
+      m.pieces.push_back({static_cast<int>(a[0].to_number<std::int64_t>()),
+                          a[1].to_number<std::int64_t>(), a[2].to_number<std::int64_t>(), file,
+                          a[3].to_number<std::int64_t>()});
+    }
+  }
+  const std::string text = to_json(m);
+  (void)meta_from_json(text, "the metadata being written");  // every param tiled once, or stop here
+  replace_file((fs::path(j.staging) / kCheckpointMeta).string(), text);
+  // The commit: the folder takes its name. A complete checkpoint of the same step is replaced
+  // (moved aside first, deleted after); nothing else is touched until the new one is in place.
+  const fs::path final_path = fs::path(j.dir) / j.final_name;
+  std::error_code ec;
+  fs::path aside;
+  if (fs::exists(final_path, ec)) {
+    aside = fs::path(j.dir) / (".replaced-" + j.final_name);
+    fs::remove_all(aside, ec);
+    if (::rename(final_path.c_str(), aside.c_str()) != 0) io_fail("move aside", final_path, errno);
+  }
+  if (::rename(j.staging.c_str(), final_path.c_str()) != 0) io_fail("rename into place", final_path, errno);
+  sync_dir(j.dir);
+  if (!aside.empty()) fs::remove_all(aside, ec);
+  replace_file((fs::path(j.dir) / "latest").string(), j.final_name + "\n");
+  // Retention, and saves that never completed (none is in flight now: saves are one at a time).
+  const auto complete = list_checkpoints(j.dir);
+  if (j.keep > 0)
+    for (std::size_t i = 0; i + static_cast<std::size_t>(j.keep) < complete.size(); ++i)
+      fs::remove_all(complete[i].second, ec);
+  for (const auto& e : fs::directory_iterator(j.dir, ec))
+    if (e.path().filename().string().starts_with(".partial-")) fs::remove_all(e.path(), ec);
+}
+
+void run_job(SaveJob& j) {
+  try {
+    if (j.writer) write_pieces(j);
+  } catch (const std::exception& e) {
+    j.error = e.what();
+    try {  // tell rank 0 now, rather than at its timeout (best effort: the disk may be full)
+      write_text((fs::path(j.staging) / rank_name(j.rank, "failed")).string(), j.error, false);
+    } catch (...) {
+    }
+  }
+  if (!j.commits) return;
+  try {
+    if (j.error.empty()) commit(j);
+  } catch (const std::exception& e) {
+    j.error = cat("checkpoint ", j.final_name, " was not completed: ", e.what());
+  }
+}
+
+}  // namespace
+
+struct Checkpointer::State {
+  Engine& engine;
+  std::string dir;
+  CheckpointOptions options;
+  std::unique_ptr<SaveJob> job;
+  std::thread thread;
+};
+
+Checkpointer::Checkpointer(Engine& engine, std::string folder, CheckpointOptions options)
+    : state_(std::make_unique<State>(State{engine, std::move(folder), options, nullptr, {}})) {
+  if (state_->dir.empty()) throw Error("checkpoint folder: the name is empty");
+  if (options.keep < 0) throw Error(cat("checkpoint keep must be >= 0, got ", options.keep));
+}
+
+Checkpointer::~Checkpointer() {
+  if (state_->thread.joinable()) state_->thread.join();
+  if (state_->job && !state_->job->error.empty())
+    std::cerr << "zero: checkpoint: " << state_->job->error << '\n';
+}
+
+const std::string& Checkpointer::folder() const { return state_->dir; }
+
+std::optional<SaveResult> Checkpointer::wait() {
+  if (!state_->job) return std::nullopt;
+  if (state_->thread.joinable()) state_->thread.join();
+  std::unique_ptr<SaveJob> job = std::move(state_->job);
+  const std::string error =
+      agree(CheckpointAccess::of(state_->engine), job->error, job->error_is_another_ranks);
+  if (!error.empty()) throw Error(cat("checkpoint save failed: ", error));
+  return job->result;
+}
+
+void Checkpointer::save(const std::string& trainer_state) {
+  (void)wait();
+  Engine::Impl& s = CheckpointAccess::of(state_->engine);
+  require_between_steps(s, "save");
+  json::value trainer;
+  try {
+    trainer = json::parse(trainer_state.empty() ? "{}" : trainer_state);
+  } catch (const std::exception&) {
+  }
+  if (!trainer.is_object()) throw Error("save: the trainer state must be a JSON object");
+  const auto start = Clock::now();
+  auto job = std::make_unique<SaveJob>();
+  SaveJob& j = *job;
+  j.dir = state_->dir;
+  j.rank = s.rank;
+  j.keep = state_->options.keep;
+  j.timeout = state_->options.timeout_seconds > 0 ? state_->options.timeout_seconds
+                                                  : s.config.comm_timeout_seconds;
+  j.final_name = checkpoint_folder_name(s.applied_steps);
+  j.staging = (fs::path(j.dir) / (".partial-" + j.final_name)).string();
+  j.commits = s.rank == 0;
+  j.writer = s.replicate == nullptr || s.replicate->rank() == 0;
+
+  // 1. The staging folder, made by rank 0; the all-gather that follows is every rank's go.
+  std::string error;
+  if (s.rank == 0) {
+    std::error_code ec;
+    fs::create_directories(j.dir, ec);
+    if (!ec) fs::remove_all(j.staging, ec);
+    if (!ec) fs::create_directories(j.staging, ec);
+    if (ec) error = cat("cannot make the checkpoint folder ", j.staging, ": ", ec.message());
+  }
+  const std::string made = agree(s, error);
+  if (!made.empty()) throw Error(cat("checkpoint save failed: ", made));
+  std::vector<std::int32_t> writer_flags(static_cast<std::size_t>(s.agreeing_ranks()));
+  const std::int32_t mine = j.writer;
+  s.all_gather_host(&mine, writer_flags.data(), 1, DType::i32);
+  for (int r = 0; r < s.agreeing_ranks(); ++r)
+    if (writer_flags[static_cast<std::size_t>(r)]) j.writers.push_back(r);
+
+  // 2. This rank's pieces into one host buffer: the piece file's bytes.
+  if (j.writer) {
+    std::int64_t total = 0;
+    struct Span {
+      std::int64_t state, count;
+    };
+    std::vector<Span> spans;
+    for (int u = 0; u < static_cast<int>(s.layout.units.size()); ++u) {
+      const auto& U = s.layout.units[static_cast<std::size_t>(u)];
+      for (const ShardPiece& p : s.layout.shard_pieces(u, s.shard_rank)) {
+        const std::int64_t unit_pos = U.shard_range(s.shard_rank).begin + p.shard_offset;
+        j.pieces.push_back({p.param, p.param_offset, p.count, total * 4});
+        spans.push_back({state_index(s, u, unit_pos), p.count});
+        total += kStateTensors * p.count;
+      }
+    }
+    j.bytes.resize(static_cast<std::size_t>(total) * 4);
+    std::byte* out = j.bytes.data();
+    for (const Span& sp : spans)
+      for (const Allocation* a : {&s.master, &s.exp_avg, &s.exp_avg_sq}) {
+        const std::size_t n = static_cast<std::size_t>(sp.count) * 4;
+        s.backend->download(out, a->as<float>().data() + sp.state, n);
+        out += n;
+      }
+  }
+  if (j.commits) {
+    CheckpointMeta& m = j.meta;
+    m.step = s.applied_steps;
+    m.skipped_steps = s.skipped_steps;
+    m.consecutive_skipped = s.stats.consecutive_skipped_steps;
+    if (s.scaler) m.loss_scaler = s.scaler->state();
+    m.ranks = s.ranks;
+    m.stage = s.config.zero.stage;
+    m.shard_ranks = s.shard_ranks;
+    m.precision = std::string(name_of(s.config.precision));
+    m.zero_version = build_info().version;
+    m.saved_at = utc_now();
+    m.config = config_summary(s);
+    m.trainer = json::serialize(trainer);
+    for (const ParamLayout& p : s.layout.params)
+      m.params.push_back({p.name, p.shape, p.numel, s.layout.units[static_cast<std::size_t>(p.unit)].name});
+  }
+  j.result.path = (fs::path(j.dir) / j.final_name).string();
+  j.result.step = s.applied_steps;
+  j.result.stall_seconds = since(start);
+
+  // 3-4. Written in the background, or here.
+  state_->job = std::move(job);
+  if (state_->options.background) {
+    state_->thread = std::thread([p = state_->job.get()] { run_job(*p); });
+  } else {
+    run_job(*state_->job);
+    (void)wait();
+  }
+}
+
+// --- loading ----------------------------------------------------------------------------------
+
+namespace {
+
+// The model's params against the checkpoint's: the first mismatch as a sentence, or "".
+std::string compare_params(const Layout& layout, const CheckpointMeta& m, const std::string& where,
+                           std::vector<int>& index_of) {
+  auto shape_text = [](const std::vector<std::int64_t>& s) {
+    std::string t = "[";
+    for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "]";
+  };
+  std::map<std::string, int> by_name;
+  for (std::size_t i = 0; i < m.params.size(); ++i) by_name[m.params[i].name] = static_cast<int>(i);
+  index_of.assign(layout.params.size(), -1);
+  std::vector<std::string> missing, extra;
+  for (std::size_t p = 0; p < layout.params.size(); ++p) {
+    const ParamLayout& pl = layout.params[p];
+    const auto it = by_name.find(pl.name);
+    if (it == by_name.end()) {
+      missing.push_back(pl.name);
+      continue;
+    }
+    const CheckpointParam& cp = m.params[static_cast<std::size_t>(it->second)];
+    if (cp.shape != pl.shape && cp.numel != pl.numel)
+      return cat(where, ": param '", pl.name, "' has shape ", shape_text(cp.shape),
+                 " in the checkpoint but ", shape_text(pl.shape), " in the model");
+    if (cp.shape != pl.shape)
+      return cat(where, ": param '", pl.name, "' has shape ", shape_text(cp.shape),
+                 " in the checkpoint but ", shape_text(pl.shape),
+                 " in the model (the same elements, another shape)");
+    index_of[p] = it->second;
+    by_name.erase(it);
+  }
+  for (const auto& [name, i] : by_name) extra.push_back(name);
+  auto list = [](const std::vector<std::string>& v) {
+    std::string t;
+    for (std::size_t i = 0; i < v.size() && i < 3; ++i) t += (i ? ", '" : "'") + v[i] + "'";
+    return v.size() > 3 ? cat(t, " and ", v.size() - 3, " more") : t;
+  };
+  if (!missing.empty())
+    return cat(where, ": the model's param", missing.size() > 1 ? "s " : " ", list(missing),
+               missing.size() > 1 ? " are" : " is", " not in the checkpoint (it holds ",
+               m.params.size(), " params of another model?)");
+  if (!extra.empty())
+    return cat(where, ": the checkpoint holds param", extra.size() > 1 ? "s " : " ", list(extra),
+               " that the model does not have");
+  return "";
+}
+
+}  // namespace
+
+LoadResult load_checkpoint(Engine& engine, const std::string& path) {
+  Engine::Impl& s = CheckpointAccess::of(engine);
+  require_between_steps(s, "load");
+  LoadResult out;
+  const std::size_t n = s.master.bytes() / sizeof(float);
+  std::vector<float> state[kStateTensors];
+  std::string error;
+  try {
+    out.path = find_checkpoint(path);
+    out.meta = read_checkpoint_meta(out.path);
+    std::vector<int> index_of;
+    const std::string where = (fs::path(out.path) / kCheckpointMeta).string();
+    error = compare_params(s.layout, out.meta, where, index_of);
+    if (error.empty()) {
+      for (auto& v : state) v.assign(n, 0.0f);
+      CheckpointReader reader(out.path, out.meta);
+      auto read = [&](int param, std::int64_t begin, std::int64_t count, std::int64_t at) {
+        for (int t = 0; t < kStateTensors; ++t)
+          reader.read(index_of[static_cast<std::size_t>(param)], static_cast<StateTensor>(t), begin,
+                      std::span(state[t]).subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(count)));
+      };
+      for (int u = 0; u < static_cast<int>(s.layout.units.size()); ++u) {
+        const auto& U = s.layout.units[static_cast<std::size_t>(u)];
+        if (s.policy.shard_optimizer) {
+          for (const ShardPiece& p : s.layout.shard_pieces(u, s.shard_rank))
+            read(p.param, p.param_offset, p.count,
+                 state_index(s, u, U.shard_range(s.shard_rank).begin + p.shard_offset));
+        } else {
+          for (int p = U.first_param; p < U.first_param + U.param_count; ++p)
+            read(p, 0, s.layout.params[static_cast<std::size_t>(p)].numel,
+                 state_index(s, u, s.layout.params[static_cast<std::size_t>(p)].offset));
+        }
+      }
+      for (const auto& v : state)  // a finite checkpoint only: the update check assumes it
+        if (const auto it = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+            it != v.end())
+          error = cat(out.path, ": a stored value is not finite (NaN or infinity) at state element ",
+                      it - v.begin(), " of this rank");
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // All ranks or none: nothing is stored until every rank has read and checked its part.
+  const std::string agreed = agree(s, error);
+  if (!agreed.empty()) throw Error(cat("cannot load checkpoint: ", agreed));
+
+  Allocation* dst[kStateTensors] = {&s.master, &s.exp_avg, &s.exp_avg_sq};
+  for (int t = 0; t < kStateTensors; ++t)
+    s.backend->upload(dst[t]->data(), state[t].data(), n * sizeof(float));
+  const CheckpointMeta& m = out.meta;
+  s.applied_steps = m.step;
+  s.skipped_steps = m.skipped_steps;
+  s.stats.consecutive_skipped_steps = m.consecutive_skipped;
+  if (s.scaler && m.loss_scaler) {
+    s.scaler->restore(*m.loss_scaler);
+  } else if (s.scaler) {
+    s.log(cat("checkpoint ", out.path, " was saved by a ", m.precision,
+              " run: the fp16 loss scaler starts afresh at ", s.scaler->scale()));
+  }
+  s.params_from_master();
+  out.step = m.step;
+  out.trainer_state = m.trainer;
+  return out;
+}
+
+}  // namespace zero
