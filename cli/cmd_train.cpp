@@ -20,6 +20,7 @@
 #include "cli/fill_auto.hpp"
 #include "cli/launch.hpp"
 #include "cli/options.hpp"
+#include "cli/train_checkpoint.hpp"
 #include "cli/train_model.hpp"
 #include "cli/train_report.hpp"
 #include "comm/nccl_communicator.hpp"
@@ -96,6 +97,7 @@ struct Flags {
   int shard_size = 0, hpz = 0;
   int layers = 4, width = 512;
   double lr = 0, clip = 0, timeout = 600;
+  CheckpointFlags ckpt;  // --save, --save-every, --keep, --save-sync, --resume
 };
 
 struct Run {
@@ -191,6 +193,15 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
     throw Error("--config: the file name is empty");
   if (vm.count("json") && f.json_file.empty()) throw Error("--json: the file name is empty");
   if (vm.count("plot") && f.plot_file.empty()) throw Error("--plot: the file name is empty");
+  if (vm.count("save") && f.ckpt.save.empty()) throw Error("--save: the folder name is empty");
+  if (vm.count("resume") && f.ckpt.resume.empty()) throw Error("--resume: the folder name is empty");
+  if (vm.count("save-every")) require_at_least("--save-every", f.ckpt.save_every, 1);
+  if (vm.count("keep")) require_at_least("--keep", f.ckpt.keep, 1);
+}
+
+// The model's units as the engine will register them, before any model or data is loaded.
+std::vector<UnitSpec> units_of(const Run& run) {
+  return run.gpt ? gpt_units(run.gpt_shape) : models::mlp_units(run.shape);
 }
 
 // Available host memory in bytes (MemAvailable), or nullopt where it cannot be read.
@@ -395,12 +406,22 @@ int cmd_train(const Args& argv) {
       ("plot", po::value(&f.plot_file), "write the loss against the step to this SVG file")
       ("log-every", po::value(&f.log_every),
        "print the loss every this many steps (default 1, or the config's steps_per_print)")
+      ("save", po::value(&f.ckpt.save),
+       "write checkpoints into this folder (DIR/step_NNNNNNNN, DIR/latest; docs/checkpoints.md): "
+       "at the end, and every --save-every steps")
+      ("save-every", po::value(&f.ckpt.save_every), "also save every this many steps")
+      ("keep", po::value(&f.ckpt.keep), "keep only the newest this many checkpoints (default: all)")
+      ("save-sync", "write checkpoints in the training loop instead of in the background")
+      ("resume", po::value(&f.ckpt.resume),
+       "continue from a checkpoint (a step_* folder, or a --save folder: its newest complete one), "
+       "at any rank count and stage; --steps counts from the run's start")
       ("help,h", "show this help");
   const po::variables_map vm = parse_options(argv, opts);
   if (vm.count("help")) {
     std::cout << opts;
     return 0;
   }
+  f.ckpt.sync = vm.count("save-sync") > 0;
   check_flags(f, vm);
   // Everything that can be checked without MPI, before a relaunch starts any rank.
   const int asked = vm.count("ranks") ? f.ranks : in_mpi_job() ? 0 : 1;
@@ -412,6 +433,8 @@ int cmd_train(const Args& argv) {
       file.check_vocab(early.gpt_shape.vocab);
       (void)models::TokenSampler(file, early.gpt_shape.seq_len, 0);
     }
+    if (!in_mpi_job())  // a wrong --resume or --save is one sentence, before ranks start
+      (void)check_checkpoint_flags(f.ckpt, units_of(early), f.model, early.steps);
     if (asked > 0 && !in_mpi_job() && (f.device == "cpu" || !ZERO_HAVE_CUDA))
       check_host_memory(early, asked, asked, false);
     timeout = early.timeout;
@@ -431,6 +454,9 @@ int cmd_train(const Args& argv) {
   check_job_size(n, "train");
   const bool on_gpu = use_gpu(f.device);
   Run run = resolve_run(f, vm, n);
+  const std::optional<Resumed> resumed = check_checkpoint_flags(f.ckpt, units_of(run), f.model, run.steps);
+  // The data order continues the saved run's: its seed, unless --seed says otherwise.
+  if (resumed && !vm.count("seed")) run.shape.seed = resumed->trainer.seed;
   Config& config = run.config;
   models::MlpShape& shape = run.shape;
   const std::int64_t micro = run.micro, accum = run.accum, global_batch = shape.global_batch;
@@ -473,7 +499,30 @@ int cmd_train(const Args& argv) {
   EngineOptions eo;
   eo.memory = where;
   Engine engine(config, *world, model->units(), eo);
-  engine.init_params([&](int p, std::span<float> out) { model->init(p, out); });
+  TrainerState trainer_state{model->kind(), 0, shape.seed, global_batch,
+                             run.gpt ? f.data : std::string(),
+                             run.gpt ? models::TokenFile(f.data).size() : 0};
+  std::int64_t start = 0;  // the first step this process trains
+  if (resumed) {
+    (void)load_checkpoint(engine, resumed->path);
+    start = resumed->trainer.next_step;
+    if (rank == 0) {
+      std::printf("zero train: resumed from %s: step %lld (%lld optimizer steps applied, saved by "
+                  "%d rank%s at stage %d)\n", resumed->path.c_str(), static_cast<long long>(start),
+                  static_cast<long long>(resumed->meta.step), resumed->meta.ranks,
+                  resumed->meta.ranks == 1 ? "" : "s", resumed->meta.stage);
+      for (const auto& w : resume_differences(resumed->trainer, trainer_state))
+        std::cerr << "zero train: warning: " << w << '\n';
+    }
+  } else {
+    engine.init_params([&](int p, std::span<float> out) { model->init(p, out); });
+  }
+  std::optional<Checkpointer> checkpointer;
+  if (!f.ckpt.save.empty())
+    checkpointer.emplace(engine, f.ckpt.save,
+                         CheckpointOptions{.keep = f.ckpt.keep, .background = !f.ckpt.sync});
+  std::vector<double> save_stalls;
+  const std::int64_t run_steps = steps - start;
   const Layout& layout = engine.layout();
   if (rank == 0)
     std::printf("zero train: %s (%lld params), stage %d, %d rank%s on %s, %s, reduce %s, "
@@ -521,13 +570,13 @@ int cmd_train(const Args& argv) {
     peak_flops = peak.flops * static_cast<double>(used);
     peak_source = cat(peak.kernel, " peak of ", used, " core", used == 1 ? "" : "s", ", measured");
   }
-  StepClock clock(*model, engine, steps);
+  StepClock clock(*model, engine, run_steps);
   const double tokens_per_step = static_cast<double>(global_batch * model->tokens_per_sample());
   const auto t0 = std::chrono::steady_clock::now();
   // On a terminal a progress bar with the ETA sits under the step lines; plain lines otherwise.
   const char* tty = std::getenv("ZERO_STDOUT_TTY");
   const bool bar = rank == 0 && (tty ? std::string_view(tty) == "1" : isatty(STDOUT_FILENO) == 1);
-  for (std::int64_t s = 0; s < steps; ++s) {
+  for (std::int64_t s = start; s < steps; ++s) {
     double local = 0;
     for (std::int64_t k = 0; k < accum; ++k)
       local += model->micro_batch(engine, s, k, rank, n);
@@ -538,8 +587,8 @@ int cmd_train(const Args& argv) {
     const double loss_wait =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_at).count();
     loss = local / (static_cast<double>(n) * accum);
-    const double step_seconds = clock.step_done(s, loss, rep.grad_norm, loss_wait);
-    if (s == 0) first_loss = loss;
+    const double step_seconds = clock.step_done(s - start, loss, rep.grad_norm, loss_wait);
+    if (s == start) first_loss = loss;
     if (bar) std::printf("\r\033[K");
     if (rank == 0 && (s % log_every == 0 || s + 1 == steps))
       std::printf("step %4lld  loss %.6f  grad-norm %.4f  lr %.3g%s%s%s\n", static_cast<long long>(s + 1),
@@ -558,7 +607,14 @@ int cmd_train(const Args& argv) {
       std::printf("%s", progress_line(s + 1, steps, elapsed, loss).c_str());
       std::fflush(stdout);
     }
+    if (checkpointer && ((f.ckpt.save_every > 0 && (s + 1) % f.ckpt.save_every == 0) || s + 1 == steps)) {
+      const auto at = std::chrono::steady_clock::now();
+      trainer_state.next_step = s + 1;
+      checkpointer->save(to_json(trainer_state), s + 1);
+      save_stalls.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count());
+    }
   }
+  if (checkpointer) checkpointer->wait();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const comm::Accounting acct = engine.comm_accounting();
   const Engine::GroupAccounting by_group = engine.comm_accounting_by_group();
@@ -567,7 +623,7 @@ int cmd_train(const Args& argv) {
   auto group_bytes = [&](const comm::Accounting& a) {
     std::uint64_t b = 0;
     for (const comm::OpStats& o : a.ops) b += o.payload_bytes;
-    return b / static_cast<std::uint64_t>(steps);
+    return b / static_cast<std::uint64_t>(run_steps);
   };
   const bool grouped = engine.settings_shard_size() < n || by_group.secondary[comm::Op::all_gather].calls > 0;
   Throughput throughput = clock.result(global_batch, model->tokens_per_sample());
@@ -612,9 +668,11 @@ int cmd_train(const Args& argv) {
 
   const char* keys[] = {"master", "optimizer", "grads", "params", "buffers", "peak_total"};
   if (rank == 0) {
-    std::printf("\nsummary: loss %.6f -> %.6f in %lld steps (%lld skipped), %.3f s/step, checksum %s\n",
-                first_loss, loss, static_cast<long long>(steps), static_cast<long long>(skipped),
-                seconds / steps, hex16(checksum).c_str());
+    std::printf("\nsummary: loss %.6f -> %.6f in %lld steps%s (%lld skipped), %.3f s/step, checksum %s\n",
+                first_loss, loss, static_cast<long long>(run_steps),
+                start > 0 ? cat(" (", start + 1, "..", steps, ")").c_str() : "",
+                static_cast<long long>(skipped), seconds / run_steps, hex16(checksum).c_str());
+    if (checkpointer) print_saves(checkpointer->completed(), save_stalls, human_bytes);
     std::printf("\nmemory per rank      %12s %12s %12s %12s %12s %12s\n", keys[0], keys[1], keys[2],
                 keys[3], keys[4], "peak total");
     for (int r = 0; r < n; ++r) {
@@ -631,9 +689,9 @@ int cmd_train(const Args& argv) {
       std::printf("  %-14s %12s %12s %8.2f%%\n", row.name, human_bytes(double(row.planned)).c_str(),
                   human_bytes(double(row.measured)).c_str(), diff_pct(row.planned, row.measured));
     std::printf("\ntraffic per step per rank (payload)   all_reduce %s   reduce_scatter %s   all_gather %s\n",
-                human_bytes(double(acct[comm::Op::all_reduce].payload_bytes) / steps).c_str(),
-                human_bytes(double(acct[comm::Op::reduce_scatter].payload_bytes) / steps).c_str(),
-                human_bytes(double(acct[comm::Op::all_gather].payload_bytes) / steps).c_str());
+                human_bytes(double(acct[comm::Op::all_reduce].payload_bytes) / run_steps).c_str(),
+                human_bytes(double(acct[comm::Op::reduce_scatter].payload_bytes) / run_steps).c_str(),
+                human_bytes(double(acct[comm::Op::all_gather].payload_bytes) / run_steps).c_str());
     if (grouped)
       std::printf("by group, per step per rank (payload): inside the shard group %s, across "
                   "shard groups %s, inside the hpZ group %s, over all ranks %s\n",
@@ -658,13 +716,14 @@ int cmd_train(const Args& argv) {
       memory.push_back(o);
     }
     // Per step; the final checksum's gathers come after `acct` was read.
-    auto per_step = [&](comm::Op op) { return acct[op].payload_bytes / static_cast<std::uint64_t>(steps); };
-    auto wire = [&](comm::Op op) { return acct[op].wire_bytes / static_cast<std::uint64_t>(steps); };
+    auto per_step = [&](comm::Op op) { return acct[op].payload_bytes / static_cast<std::uint64_t>(run_steps); };
+    auto wire = [&](comm::Op op) { return acct[op].wire_bytes / static_cast<std::uint64_t>(run_steps); };
     boost::json::object j{
         {"model", model->kind()},
         {"stage", config.zero.stage},
         {"ranks", n},
-        {"steps", steps},
+        {"steps", run_steps},
+        {"first_step", start + 1},
         {"precision", std::string(name_of(config.precision))},
         {"device", on_gpu ? "cuda" : "cpu"},
         {"params", layout.numel},
@@ -673,7 +732,7 @@ int cmd_train(const Args& argv) {
         {"final_loss", loss},
         {"params_checksum", hex16(checksum)},
         {"skipped_steps", skipped},
-        {"seconds_per_step", seconds / steps},
+        {"seconds_per_step", seconds / run_steps},
         {"memory_bytes", memory},
         {"memory_planned_vs_measured", [&] {
            boost::json::object o;
@@ -694,6 +753,8 @@ int cmd_train(const Args& argv) {
                                 {"secondary", group_bytes(by_group.secondary)},
                                 {"world", group_bytes(by_group.world)}};
     add_throughput_json(j, throughput);
+    if (resumed) j["resumed_from"] = resumed->path;
+    if (checkpointer) j["checkpoints"] = saves_json(checkpointer->completed(), save_stalls);
     std::ofstream out(f.json_file);
     if (!out) throw Error(cat("cannot write ", f.json_file));
     out << boost::json::serialize(j) << '\n';

@@ -326,10 +326,11 @@ struct Checkpointer::State {
   CheckpointOptions options;
   std::unique_ptr<SaveJob> job;
   std::thread thread;
+  std::vector<SaveResult> completed;
 };
 
 Checkpointer::Checkpointer(Engine& engine, std::string folder, CheckpointOptions options)
-    : state_(std::make_unique<State>(State{engine, std::move(folder), options, nullptr, {}})) {
+    : state_(std::make_unique<State>(State{engine, std::move(folder), options, nullptr, {}, {}})) {
   if (state_->dir.empty()) throw Error("checkpoint folder: the name is empty");
   if (options.keep < 0) throw Error(cat("checkpoint keep must be >= 0, got ", options.keep));
 }
@@ -349,10 +350,13 @@ std::optional<SaveResult> Checkpointer::wait() {
   const std::string error =
       agree(CheckpointAccess::of(state_->engine), job->error, job->error_is_another_ranks);
   if (!error.empty()) throw Error(cat("checkpoint save failed: ", error));
+  state_->completed.push_back(job->result);
   return job->result;
 }
 
-void Checkpointer::save(const std::string& trainer_state) {
+const std::vector<SaveResult>& Checkpointer::completed() const { return state_->completed; }
+
+void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
   (void)wait();
   Engine::Impl& s = CheckpointAccess::of(state_->engine);
   require_between_steps(s, "save");
@@ -370,7 +374,8 @@ void Checkpointer::save(const std::string& trainer_state) {
   j.keep = state_->options.keep;
   j.timeout = state_->options.timeout_seconds > 0 ? state_->options.timeout_seconds
                                                   : s.config.comm_timeout_seconds;
-  j.final_name = checkpoint_folder_name(s.applied_steps);
+  if (step < 0) step = s.applied_steps;
+  j.final_name = checkpoint_folder_name(step);
   j.staging = (fs::path(j.dir) / (".partial-" + j.final_name)).string();
   j.commits = s.rank == 0;
   j.writer = s.replicate == nullptr || s.replicate->rank() == 0;
@@ -435,7 +440,7 @@ void Checkpointer::save(const std::string& trainer_state) {
       m.params.push_back({p.name, p.shape, p.numel, s.layout.units[static_cast<std::size_t>(p.unit)].name});
   }
   j.result.path = (fs::path(j.dir) / j.final_name).string();
-  j.result.step = s.applied_steps;
+  j.result.step = step;
   j.result.stall_seconds = since(start);
 
   // 3-4. Written in the background, or here.
@@ -453,8 +458,8 @@ void Checkpointer::save(const std::string& trainer_state) {
 namespace {
 
 // The model's params against the checkpoint's: the first mismatch as a sentence, or "".
-std::string compare_params(const Layout& layout, const CheckpointMeta& m, const std::string& where,
-                           std::vector<int>& index_of) {
+std::string compare_params(const std::vector<ParamSpec>& params, const CheckpointMeta& m,
+                           const std::string& where, std::vector<int>& index_of) {
   auto shape_text = [](const std::vector<std::int64_t>& s) {
     std::string t = "[";
     for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
@@ -462,17 +467,19 @@ std::string compare_params(const Layout& layout, const CheckpointMeta& m, const 
   };
   std::map<std::string, int> by_name;
   for (std::size_t i = 0; i < m.params.size(); ++i) by_name[m.params[i].name] = static_cast<int>(i);
-  index_of.assign(layout.params.size(), -1);
+  index_of.assign(params.size(), -1);
   std::vector<std::string> missing, extra;
-  for (std::size_t p = 0; p < layout.params.size(); ++p) {
-    const ParamLayout& pl = layout.params[p];
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const ParamSpec& pl = params[p];
     const auto it = by_name.find(pl.name);
     if (it == by_name.end()) {
       missing.push_back(pl.name);
       continue;
     }
     const CheckpointParam& cp = m.params[static_cast<std::size_t>(it->second)];
-    if (cp.shape != pl.shape && cp.numel != pl.numel)
+    std::int64_t numel = 1;
+    for (std::int64_t d : pl.shape) numel *= d;
+    if (cp.shape != pl.shape && cp.numel != numel)
       return cat(where, ": param '", pl.name, "' has shape ", shape_text(cp.shape),
                  " in the checkpoint but ", shape_text(pl.shape), " in the model");
     if (cp.shape != pl.shape)
@@ -498,7 +505,21 @@ std::string compare_params(const Layout& layout, const CheckpointMeta& m, const 
   return "";
 }
 
+std::vector<ParamSpec> specs_of(const Layout& layout) {
+  std::vector<ParamSpec> out;
+  for (const ParamLayout& p : layout.params) out.push_back({p.name, p.shape});
+  return out;
+}
+
 }  // namespace
+
+std::string checkpoint_mismatch(const CheckpointMeta& meta, const std::vector<UnitSpec>& units,
+                                const std::string& where) {
+  std::vector<ParamSpec> params;
+  for (const UnitSpec& u : units) params.insert(params.end(), u.params.begin(), u.params.end());
+  std::vector<int> index_of;
+  return compare_params(params, meta, where, index_of);
+}
 
 LoadResult load_checkpoint(Engine& engine, const std::string& path) {
   Engine::Impl& s = CheckpointAccess::of(engine);
@@ -512,7 +533,7 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
     out.meta = read_checkpoint_meta(out.path);
     std::vector<int> index_of;
     const std::string where = (fs::path(out.path) / kCheckpointMeta).string();
-    error = compare_params(s.layout, out.meta, where, index_of);
+    error = compare_params(specs_of(s.layout), out.meta, where, index_of);
     if (error.empty()) {
       for (auto& v : state) v.assign(n, 0.0f);
       CheckpointReader reader(out.path, out.meta);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "zero/checkpoint_format.hpp"
 #include "zero/engine.hpp"
@@ -50,11 +51,16 @@ class Checkpointer {
   // (throwing its error), copies this rank's state to a host buffer and writes it, in the
   // background unless options.background is false (then it returns once the save is complete).
   // trainer_state: a JSON object the trainer needs back (its data position, RNG state).
-  void save(const std::string& trainer_state = "{}");
+  // step: the number in the checkpoint's name, step_NNNNNNNN (-1: the optimizer steps applied;
+  // a trainer that counts skipped steps too passes its own count). A complete checkpoint of the
+  // same number is replaced, once the new one is complete.
+  void save(const std::string& trainer_state = "{}", std::int64_t step = -1);
   // Collective: waits for the save in flight, if any. Throws zero::Error on every rank when any
   // rank failed to write or rank 0 could not complete it; the checkpoints before it are intact.
   std::optional<SaveResult> wait();
   const std::string& folder() const;
+  // The saves completed so far (those wait() has seen through), oldest first.
+  const std::vector<SaveResult>& completed() const;
 
   struct State;
 
@@ -77,5 +83,11 @@ struct LoadResult {
 // missing, extra or reshaped parameter, a truncated or corrupt file), every rank throws the
 // same zero::Error naming the file and the parameter, and the engine's state is untouched.
 LoadResult load_checkpoint(Engine& engine, const std::string& path);
+
+// "" when a model of these units has exactly the checkpoint's parameters (names and shapes), else
+// the sentence load_checkpoint would throw, naming `where` and the first parameter that differs.
+// For checking before any engine exists (zero train checks --resume before starting ranks).
+std::string checkpoint_mismatch(const CheckpointMeta& meta, const std::vector<UnitSpec>& units,
+                                const std::string& where);
 
 }  // namespace zero
