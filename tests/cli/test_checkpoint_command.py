@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""`zero train --save/--resume` as a user runs it: 20 steps straight equal 10 steps, a save, and a
+new job that resumes and does the other 10 (the same losses at every step and the same weights,
+bitwise) at every stage and in fp32, bf16 and fp16, for the MLP and the GPT (its data position);
+a checkpoint resumed at another rank count and stage; and every bad checkpoint or flag refused
+with one sentence before anything trains, the checkpoints already saved untouched.
+Usage: test_checkpoint_command.py path/to/zero. Prints 'N passed, N failed'."""
+import json, os, re, subprocess, sys, tempfile
+
+ZERO = sys.argv[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, finish, user_env  # noqa: E402
+
+
+def zero(*args, timeout=300):
+    return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout,
+                          env=user_env())
+
+
+def steps(out):
+    """{step: the whole line} of a run's per-step lines, without the timing columns."""
+    got = {}
+    for line in out.splitlines():
+        m = re.match(r"step\s+(\d+)\s+(loss \S+\s+grad-norm \S+\s+lr \S+)", line)
+        if m:
+            got[int(m.group(1))] = m.group(2)
+    return got
+
+
+def checksum(out):
+    m = re.search(r"checksum ([0-9a-f]{16})", out)
+    return m.group(1) if m else None
+
+
+def one_error(name, r, *words):
+    """(name, ok, detail) for check(): failed with one 'error' line on stderr holding every word."""
+    lines = [l for l in r.stderr.splitlines() if "error" in l.lower()]
+    return (name, r.returncode != 0 and len(lines) == 1 and all(w in lines[0] for w in words),
+            r.stdout + r.stderr)
+
+
+def resumes_bitwise(tmp, name, base, total=20, half=10, save=()):
+    """`base` for `total` steps == `half` steps, save, a new job resuming to `total`."""
+    straight = zero(*base, "--steps", str(total))
+    ck = os.path.join(tmp, name)
+    first = zero(*base, "--steps", str(half), "--save", ck, *save)
+    second = zero(*base, "--steps", str(total), "--resume", ck, "--save", ck, *save)
+    ok = all(r.returncode == 0 for r in (straight, first, second))
+    check(f"{name}: the three runs train", ok, straight.stderr + first.stderr + second.stderr)
+    if not ok:
+        return None
+    a, b = steps(straight.stdout), steps(second.stdout)
+    check(f"{name}: steps {half + 1}..{total} of the resumed job equal the straight run's",
+          sorted(b) == list(range(half + 1, total + 1)) and all(a[s] == b[s] for s in b),
+          f"{a}\n{b}")
+    check(f"{name}: the final weights are bitwise the same (checksum)",
+          checksum(straight.stdout) is not None and checksum(straight.stdout) == checksum(second.stdout),
+          straight.stdout[-600:] + second.stdout[-600:])
+    check(f"{name}: the resumed job says where it resumed from",
+          f"resumed from {ck}/step_{half:08d}: step {half}" in second.stdout, second.stdout[:800])
+    return ck
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    mlp = ["train", "-n", "2", "--global-batch", "48", "--width", "64", "--layers", "3"]
+    for stage in ("0", "1", "2", "3"):
+        resumes_bitwise(tmp, f"mlp-stage{stage}-bf16", mlp + ["--stage", stage])
+    resumes_bitwise(tmp, "mlp-stage3-fp32", mlp + ["--stage", "3", "--precision", "fp32"])
+    resumes_bitwise(tmp, "mlp-stage2-fp16-accum2",
+                    mlp + ["--stage", "2", "--precision", "fp16", "--accum", "2"])
+    resumes_bitwise(tmp, "mlp-stage1-sync-save", mlp + ["--stage", "1"], save=["--save-sync"])
+
+    # The GPT: the data position (a shuffled order per epoch) continues where it stopped.
+    txt = os.path.join(tmp, "text.txt")
+    with open(txt, "w") as f:
+        f.write("It was the best of times, it was the worst of times, it was the age of wisdom. " * 80)
+    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
+    check("zero data makes the token files", r.returncode == 0, r.stdout + r.stderr)
+    gpt = ["train", "--model", "gpt", "--preset", "gpt-micro", "--device", "cpu", "-n", "2",
+           "--global-batch", "8", "--data", os.path.join(tmp, "t_train.bin")]
+    resumes_bitwise(tmp, "gpt-stage3-bf16", gpt + ["--stage", "3"], total=8, half=4)
+
+    # Another rank count and stage: the checkpoint of 2 ranks at stage 3 trains on at 3 ranks,
+    # stage 1, and at 4 ranks, stage 0, both from the same weights.
+    ck = os.path.join(tmp, "mlp-stage3-bf16")
+    for n, stage in (("3", "1"), ("4", "0"), ("1", "2")):
+        r = zero("train", "-n", n, "--stage", stage, "--global-batch", "48", "--width", "64",
+                 "--layers", "3", "--steps", "22", "--resume", ck)
+        s = steps(r.stdout)
+        check(f"a 2-rank stage-3 checkpoint trains on at {n} ranks, stage {stage}",
+              r.returncode == 0 and sorted(s) == [21, 22] and
+              "saved by 2 ranks at stage 3" in r.stdout, r.stdout[-800:] + r.stderr)
+
+    # --json says what was saved; --keep keeps the newest.
+    keep = os.path.join(tmp, "keep")
+    js = os.path.join(tmp, "keep.json")
+    r = zero(*mlp, "--steps", "6", "--save", keep, "--save-every", "2", "--keep", "2", "--json", js)
+    kept = sorted(d for d in os.listdir(keep) if d.startswith("step_")) if r.returncode == 0 else []
+    check("--save-every 2 --keep 2 leaves the two newest and latest names the last",
+          kept == ["step_00000004", "step_00000006"] and
+          open(os.path.join(keep, "latest")).read().strip() == "step_00000006", f"{kept} {r.stderr}")
+    if r.returncode == 0:
+        with open(js) as f:
+            j = json.load(f)
+        saves = j.get("checkpoints", [])
+        check("--json lists each save with its stall and write time",
+              [s["step"] for s in saves] == [2, 4, 6] and
+              all(s["bytes_rank0"] > 0 and s["write_seconds"] > 0 for s in saves), str(saves))
+
+    # Bad flags and checkpoints: one sentence, before anything trains, nothing saved is lost.
+    def untouched(folder):
+        return sorted((d, sorted(os.listdir(os.path.join(folder, d))))
+                      for d in os.listdir(folder) if d.startswith("step_"))
+
+    before = untouched(ck)
+    check(*one_error("--save into a folder of a later run is refused",
+                     zero(*mlp, "--steps", "30", "--save", ck), "--save", "already holds",
+                     "--resume"))
+    check(*one_error("--resume at --steps has nothing to train",
+                     zero(*mlp, "--steps", "20", "--resume", ck), "nothing to train"))
+    check(*one_error("--save-every without --save is refused",
+                     zero(*mlp, "--steps", "5", "--save-every", "2"), "--save-every needs --save"))
+    check(*one_error("--resume of a missing folder is refused",
+                     zero(*mlp, "--steps", "25", "--resume", os.path.join(tmp, "nowhere")),
+                     "no such file or folder"))
+    check(*one_error("--resume of a folder without checkpoints is refused",
+                     zero(*mlp, "--steps", "25", "--resume", tmp), "holds no complete checkpoint"))
+    other = ["train", "-n", "2", "--global-batch", "48", "--width", "32", "--layers", "3"]
+    check(*one_error("--resume into a model of another shape names the param",
+                     zero(*other, "--steps", "25", "--resume", ck), "param 'layer0.weight'",
+                     "[64, 64] in the checkpoint but [32, 32]"))
+    check(*one_error("--resume of an MLP checkpoint into the GPT is refused",
+                     zero(*gpt, "--steps", "25", "--resume", ck), "checkpoint is of the mlp"))
+    # A corrupt piece: refused once, naming the file; the run does not start.
+    bad = os.path.join(tmp, "corrupt")
+    r = zero(*mlp, "--steps", "2", "--save", bad)
+    piece = os.path.join(bad, "step_00000002", "rank_00001.bin")
+    with open(piece, "r+b") as f:
+        f.seek(40)
+        byte = f.read(1)
+        f.seek(40)
+        f.write(bytes([byte[0] ^ 0x10]))
+    r = zero(*mlp, "--steps", "4", "--resume", bad)
+    check(*one_error("a corrupt piece is refused once, naming the file and the param", r, piece,
+                     "do not match their checksum", "param 'layer0.weight'"))
+    check("a refused --resume trains nothing", "step    3" not in r.stdout, r.stdout)
+    check("refused runs leave the saved checkpoints as they were", untouched(ck) == before,
+          f"{before}\n{untouched(ck)}")
+
+finish()
