@@ -291,13 +291,23 @@ void commit(SaveJob& j) {
   sync_dir(j.dir);
   if (!aside.empty()) fs::remove_all(aside, ec);
   replace_file((fs::path(j.dir) / "latest").string(), j.final_name + "\n");
-  // Retention, and saves that never completed (none is in flight now: saves are one at a time).
+  // Retention. A checkpoint is deleted by first renaming it to a hidden name (atomic), so a job
+  // killed while deleting never leaves a step_* folder that is partly gone.
   const auto complete = list_checkpoints(j.dir);
   if (j.keep > 0)
-    for (std::size_t i = 0; i + static_cast<std::size_t>(j.keep) < complete.size(); ++i)
-      fs::remove_all(complete[i].second, ec);
-  for (const auto& e : fs::directory_iterator(j.dir, ec))
-    if (e.path().filename().string().starts_with(".partial-")) fs::remove_all(e.path(), ec);
+    for (std::size_t i = 0; i + static_cast<std::size_t>(j.keep) < complete.size(); ++i) {
+      const fs::path old = complete[i].second;
+      const fs::path hidden = fs::path(j.dir) / (".deleting-" + old.filename().string());
+      if (::rename(old.c_str(), hidden.c_str()) == 0) fs::remove_all(hidden, ec);
+    }
+  // What killed jobs left: saves that never completed, deletions that never finished (none is in
+  // flight now: saves are one at a time).
+  for (const auto& e : fs::directory_iterator(j.dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with(".partial-") || name.starts_with(".deleting-") ||
+        name.starts_with(".replaced-"))
+      fs::remove_all(e.path(), ec);
+  }
 }
 
 void run_job(SaveJob& j) {

@@ -5,7 +5,11 @@
 //  - the memory report comes from the device ledger, and the host ledger holds nothing;
 //  - the device path computes bitwise what the host path computes (weights, losses, checksums);
 //  - the planner equals the device ledger, as it equals the host ledger.
+#include <mpi.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <filesystem>
 
 #include "tests/zero/engine_harness.hpp"
 
@@ -139,4 +143,57 @@ TEST_CASE("The device code path, emulated on the CPU, equals the host path bitwi
         CHECK(d.memory.optimizer == h.memory.optimizer);
         CHECK(d.plan.device.model_states() == d.memory.model_states());
       }
+}
+
+TEST_CASE("A checkpoint saved on the device path resumes bitwise on the host path, and back") {
+  auto parent = comm::make_mpi_communicator();
+  char buf[256] = {};
+  if (parent->rank() == 0) {
+    std::string t = (std::filesystem::temp_directory_path() / "zero-ckpt-dev-XXXXXX").string();
+    REQUIRE(::mkdtemp(t.data()) != nullptr);
+    std::snprintf(buf, sizeof buf, "%s", t.c_str());
+  }
+  MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
+  const std::string dir = buf;
+  for (int stage : {1, 3}) {
+    RunSpec spec;
+    spec.stage = stage;
+    const int n = parent->size();
+    const std::int64_t G = spec.shape.global_batch, micro = G / n;
+    auto engine_on = [&](bool device, std::unique_ptr<comm::Communicator>& world) {
+      auto own = parent->split(0, parent->rank());
+      world = device ? std::make_unique<AsDevice>(std::move(own)) : std::move(own);
+      EngineOptions eo;
+      eo.memory = device ? comm::Memory::device : comm::Memory::host;
+      eo.emulate_device = device;
+      return std::make_unique<Engine>(zero::testing::make_config(spec), *world,
+                                      models::mlp_units(spec.shape), eo);
+    };
+    auto train = [&](Engine& e, std::int64_t from, std::int64_t to) {
+      models::MlpTrainer t(spec.shape, micro);
+      for (std::int64_t s = from; s < to; ++s) {
+        t.micro_batch(e, s * G + parent->rank() * (G / n));
+        e.step();
+      }
+    };
+    std::unique_ptr<comm::Communicator> w1, w2, w3, w4;
+    auto straight = engine_on(false, w1);
+    straight->init_params([&](int p, std::span<float> out) { models::mlp_init(spec.shape, p, out); });
+    train(*straight, 0, 6);
+    for (bool save_on_device : {true, false}) {
+      INFO("stage " << stage << ", saved on the " << (save_on_device ? "device" : "host"));
+      const std::string at = cat(dir, "/s", stage, save_on_device);
+      auto first = engine_on(save_on_device, w2);
+      first->init_params([&](int p, std::span<float> out) { models::mlp_init(spec.shape, p, out); });
+      train(*first, 0, 3);
+      Checkpointer(*first, at).save();
+      auto resumed = engine_on(!save_on_device, w3);
+      CHECK(load_checkpoint(*resumed, at).step == 3);
+      train(*resumed, 3, 6);
+      CHECK(resumed->master_checksum() == straight->master_checksum());
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::error_code ec;
+  if (parent->rank() == 0) std::filesystem::remove_all(dir, ec);
 }
