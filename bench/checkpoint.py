@@ -9,21 +9,25 @@ saves in the background, with saves in the loop (--save-sync) and without saves,
 
 The model is the MLP (layers x width^2 weights): width 2048, 4 layers = 16.8M params, 201 MB of
 fp32 master + Adam moments a checkpoint. dd writes the same bytes a rank writes, with
-conv=fsync, as each rank's save does. Bandwidth of a save = rank 0's piece file / the time to
-write and fsync it (its writer thread's own clock); with R ranks writing at once the disk sees
-about R times that.
+conv=fsync, as each rank's save does, R of them at once as the R ranks write at once. Bandwidth of
+a save = R x rank 0's piece file / the time rank 0's writer thread took to write and fsync it.
 """
 import argparse, json, os, re, shutil, statistics, subprocess, sys, tempfile, time
 
 
-def dd(folder, mbytes):
-    path = os.path.join(folder, "dd.bin")
+def dd(folder, mbytes, writers):
+    """MB/s of `writers` dd processes at once, each writing mbytes with fsync (as the ranks do)."""
+    paths = [os.path.join(folder, f"dd{i}.bin") for i in range(writers)]
     t = time.monotonic()
-    subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mbytes}", "conv=fsync"],
-                   check=True, capture_output=True)
+    procs = [subprocess.Popen(["dd", "if=/dev/zero", f"of={p}", "bs=1M", f"count={mbytes}",
+                               "conv=fsync"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for p in paths]
+    for p in procs:
+        p.wait()
     s = time.monotonic() - t
-    os.remove(path)
-    return mbytes * 1048576 / s / 1e6
+    for p in paths:
+        os.remove(p)
+    return writers * mbytes * 1048576 / s / 1e6
 
 
 def train(a, folder, mode, rep):
@@ -73,9 +77,10 @@ def main():
                     if mode == "background":
                         stalls.append(s["loop_stall_seconds"])
                         copies.append(s["copy_seconds"])
-                    bws.append(s["bytes_rank0"] / s["write_seconds"] / 1e6)
+                    # every rank writes its own file at the same time: the disk sees ranks x this
+                    bws.append(a.ranks * s["bytes_rank0"] / s["write_seconds"] / 1e6)
                     mb = s["bytes_rank0"] // 1048576 + 1
-            dds.append(dd(folder, mb))
+            dds.append(dd(folder, mb, a.ranks))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     med = statistics.median
@@ -84,9 +89,10 @@ def main():
     print(f"zero checkpoint benchmark: {a.ranks} ranks, stage {a.stage}, MLP {a.layers} x {a.width}, "
           f"{a.steps} steps, a save every {a.every}, {a.reps} reps interleaved; {per_rank_mb} MB "
           f"a rank a save")
-    print(f"  disk (dd bs=1M conv=fsync, {per_rank_mb} MB): min {min(dds):.0f}  median {med(dds):.0f} MB/s")
-    print(f"  a rank's save (write + fsync): min {min(bws):.0f}  median {med(bws):.0f} MB/s  "
-          f"= {med(bws) / med(dds):.2f} of dd (median/median)")
+    print(f"  disk ({a.ranks} dd at once, bs=1M conv=fsync, {per_rank_mb} MB each): min {min(dds):.0f}  "
+          f"median {med(dds):.0f} MB/s")
+    print(f"  the ranks' saves (write + fsync, {a.ranks} x rank 0's rate): min {min(bws):.0f}  median "
+          f"{med(bws):.0f} MB/s = {med(bws) / med(dds):.2f} of dd (median/median)")
     print(f"  loop stall a save (background): median {1e3 * med(stalls):.1f} ms, most "
           f"{1e3 * max(stalls):.1f} ms (the copy to host: median {1e3 * med(copies):.1f} ms); "
           f"a step without saves takes {1e3 * step:.1f} ms")

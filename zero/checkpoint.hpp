@@ -23,6 +23,10 @@ struct CheckpointOptions {
   // Write in a background thread: save() returns once this rank's state is copied to a host
   // buffer, and training goes on while it is written. The next save() (or wait()) waits for it.
   bool background = true;
+  // Keep the host copy's memory (12 bytes per parameter this rank owns) from one save to the
+  // next: the first touch of fresh memory costs more than the copy itself. false: free it once
+  // written. Not counted in the engine's ledger either way.
+  bool keep_buffer = true;
   // Seconds rank 0 waits for the other ranks' pieces before it gives the save up (0: the
   // config's comm_timeout).
   double timeout_seconds = 0;
