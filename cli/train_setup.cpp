@@ -1,0 +1,355 @@
+// The flags `zero train` and `zero compare` share (cli/train_setup.hpp).
+#include "cli/train_setup.hpp"
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <optional>
+
+#include "cli/fill_auto.hpp"
+#include "cli/options.hpp"
+#include "comm/nccl_communicator.hpp"
+#include "kernels/cuda/device.hpp"
+#include "zero_build_config.hpp"
+
+namespace zero::cli {
+namespace {
+
+Precision parse_precision(const std::string& s) {
+  if (s == "bf16") return Precision::bf16;
+  if (s == "fp16") return Precision::fp16;
+  if (s == "fp32") return Precision::fp32;
+  throw Error(cat("--precision: expected bf16, fp16 or fp32, got '", s, "'"));
+}
+
+DType parse_reduce(const std::string& s) {
+  if (s == "fp32") return DType::f32;
+  if (s == "bf16") return DType::bf16;
+  if (s == "fp16") return DType::f16;
+  throw Error(cat("--reduce-dtype: expected fp32, bf16 or fp16, got '", s, "'"));
+}
+
+void require_at_least(std::string_view flag, std::int64_t value, std::int64_t least) {
+  if (value < least) throw Error(cat(flag, " must be >= ", least, ", got ", value));
+}
+
+// nan, inf and negative values are errors: only 0 means "off" where a flag has an off.
+void require_finite_nonneg(std::string_view flag, double value) {
+  if (!std::isfinite(value) || value < 0)
+    throw Error(cat(flag, " must be a finite number >= 0, got ", value));
+}
+
+struct Overflow : Error {
+  using Error::Error;
+};
+
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, std::string_view what) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) throw Overflow(cat(what, " overflows 64 bits"));
+  return r;
+}
+
+std::uint64_t parse_seed(const std::string& text) {
+  std::uint64_t v = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || p != end)
+    throw Error(cat("--seed: expected an integer 0..18446744073709551615, got '", text, "'"));
+  return v;
+}
+
+// Available host memory in bytes (MemAvailable), or nullopt where it cannot be read.
+std::optional<std::int64_t> available_host_memory() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  std::int64_t kib = 0;
+  while (f >> key >> kib) {
+    if (key == "MemAvailable:") return kib * 1024;
+    f.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) return std::int64_t{pages} * page;
+  return std::nullopt;
+}
+
+}  // namespace
+
+// --device auto: the GPU path when this build has it and every rank on every node has a GPU of
+// its own (NCCL refuses two ranks on one device); all ranks decide together.
+bool use_gpu(const std::string& device) {
+  if (device == "cpu") return false;
+  const int local = comm::node_local_rank();
+  int ok = comm::nccl_available() && local < kernels::cuda::device_count() ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (device == "cuda" && !ok)
+    throw Error(ZERO_HAVE_CUDA ? "--device cuda: some rank has no GPU of its own (one GPU per rank; "
+                                 "run fewer ranks per node or use --device cpu)"
+                               : "--device cuda: this build has no CUDA (configure with -Dcuda=enabled)");
+  return ok == 1;
+}
+
+void add_train_options(boost::program_options::options_description& opts, Flags& f) {
+  namespace po = boost::program_options;
+  opts.add_options()
+      ("model", po::value(&f.model)->default_value("mlp"),
+       "model to train: mlp (a synthetic teacher) or gpt (GPT-2's architecture on a token file)")
+      ("preset", po::value(&f.preset)->default_value("gpt-nano"),
+       "the GPT's shape (`zero plan --list-presets`; gpt-micro and gpt-nano are byte-level)")
+      ("data", po::value(&f.data),
+       "the GPT's token file: an llm.c shard (.bin, header 20240520) or nanoGPT's train.bin")
+      ("compute", po::value(&f.compute),
+       "the GPT's math: bf16 (GEMM inputs and kept activations in bf16, fp32 accumulation; the "
+       "default with bf16 params) or fp32")
+      ("device", po::value(&f.device)->default_value("auto"),
+       "cpu (MPI, host memory), cuda (one GPU per rank, NCCL, cuBLASLt) or auto: cuda when every "
+       "rank on a node has a GPU of its own, else cpu")
+      ("ranks,n", po::value(&f.ranks), "ranks (outside an MPI job: relaunch under mpirun)")
+      ("stage", po::value(&f.stage), "ZeRO stage 0..3 (overrides the config)")
+      ("steps", po::value(&f.steps)->default_value(20), "optimizer steps")
+      ("seed", po::value(&f.seed), "seed of weights, teacher and data (default 1, or the config's seed)")
+      ("layers", po::value(&f.layers)->default_value(4), "MLP layers (one unit each)")
+      ("width", po::value(&f.width)->default_value(512), "MLP width")
+      ("global-batch", po::value(&f.global_batch),
+       "samples per step over all ranks (train_batch_size; default 64 unless the config gives "
+       "a batch size)")
+      ("micro-batch", po::value(&f.micro_batch),
+       "samples per rank per micro-batch (train_micro_batch_size_per_gpu)")
+      ("accum", po::value(&f.accum), "micro-batches per step (gradient_accumulation_steps)")
+      ("precision", po::value(&f.precision), "bf16 (default), fp16 or fp32")
+      ("reduce-dtype", po::value(&f.reduce), "gradient reduce dtype: fp32 (default) or the training dtype")
+      ("lr", po::value(&f.lr), "learning rate (overrides the config)")
+      ("clip", po::value(&f.clip), "gradient clipping max norm, 0 = off (overrides the config)")
+      ("overlap", "overlap gradient reduction with backward (zero_optimization.overlap_comm)")
+      ("reduce-bucket-size", po::value(&f.reduce_bucket),
+       "gradient elements reduced per collective, whole units (zero_optimization."
+       "reduce_bucket_size; default 5e8, or the config's)")
+      ("shard-size", po::value(&f.shard_size),
+       "hierarchical sharding: shard the states over groups of this many ranks, replicated "
+       "across the groups (zero_optimization.mics_shard_size; default: all ranks)")
+      ("hpz", po::value(&f.hpz),
+       "stage 3: keep a secondary copy of the params sharded over groups of this many ranks so "
+       "that backward gathers stay inside them (zero_optimization.zero_hpz_partition_size)")
+      ("allgather-bucket-size", po::value(&f.allgather_bucket),
+       "new-param elements all-gathered per collective after the step, stages 1-2 (zero_"
+       "optimization.allgather_bucket_size; default 5e8, or the config's)")
+      ("timeout", po::value(&f.timeout),
+       "seconds a collective may make no progress before the job fails (default: the config's "
+       "comm_timeout, 600)")
+      ("config", po::value(&f.config_file), "DeepSpeed-style JSON config file")
+      ("json", po::value(&f.json_file), "write a JSON summary to this file")
+      ("plot", po::value(&f.plot_file), "write the loss against the step to this SVG file")
+      ("log-every", po::value(&f.log_every),
+       "print the loss every this many steps (default 1, or the config's steps_per_print)")
+      ("save", po::value(&f.ckpt.save),
+       "write checkpoints into this folder (DIR/step_NNNNNNNN, DIR/latest; docs/checkpoints.md): "
+       "at the end, and every --save-every steps")
+      ("save-every", po::value(&f.ckpt.save_every), "also save every this many steps")
+      ("keep", po::value(&f.ckpt.keep), "keep only the newest this many checkpoints (default: all)")
+      ("save-sync", "write checkpoints in the training loop instead of in the background")
+      ("resume", po::value(&f.ckpt.resume),
+       "continue from a checkpoint (a step_* folder, or a --save folder: its newest complete one), "
+       "at any rank count and stage; --steps counts from the run's start");
+}
+
+// The flags alone, before any file is read.
+void check_flags(const Flags& f, const boost::program_options::variables_map& vm) {
+  if (f.model != "mlp" && f.model != "gpt")
+    throw Error(cat("--model: expected mlp or gpt, got '", f.model, "'"));
+  if (f.model == "gpt") {
+    if (f.data.empty())
+      throw Error("--model gpt needs --data FILE: a token file (llm.c's .bin shards or nanoGPT's "
+                  "train.bin; `zero data TEXT --out PREFIX` makes one from a text file)");
+    (void)preset_shape(f.preset);  // an unknown name is an error here
+    if (vm.count("compute") && f.compute != "bf16" && f.compute != "fp32")
+      throw Error(cat("--compute: expected bf16 or fp32, got '", f.compute, "'"));
+    for (const char* mlp_only : {"layers", "width"})
+      if (!vm[mlp_only].defaulted())
+        throw Error(cat("--", mlp_only, " shapes the MLP; the GPT's shape comes from --preset"));
+  } else {
+    for (const char* gpt_only : {"data", "compute"})
+      if (vm.count(gpt_only)) throw Error(cat("--", gpt_only, " is for --model gpt"));
+    if (!vm["preset"].defaulted()) throw Error("--preset is for --model gpt");
+  }
+  if (f.device != "auto" && f.device != "cpu" && f.device != "cuda")
+    throw Error(cat("--device: expected cpu, cuda or auto, got '", f.device, "'"));
+  if (vm.count("ranks")) require_at_least("--ranks", f.ranks, 1);
+  if (vm.count("stage") && (f.stage < 0 || f.stage > 3))
+    throw Error(cat("--stage (zero_optimization.stage): expected 0..3, got ", f.stage));
+  require_at_least("--steps", f.steps, 1);
+  require_at_least("--log-every", f.log_every, 1);
+  require_at_least("--layers", f.layers, 1);
+  require_at_least("--width", f.width, 1);
+  // One unit per layer: the engine's per-unit bookkeeping is sized for models of thousands.
+  if (f.layers > 10'000) throw Error(cat("--layers must be at most 10000, got ", f.layers));
+  if (vm.count("global-batch")) require_at_least("--global-batch", f.global_batch, 1);
+  if (vm.count("micro-batch")) require_at_least("--micro-batch", f.micro_batch, 1);
+  if (vm.count("accum")) require_at_least("--accum", f.accum, 1);
+  if (vm.count("reduce-bucket-size")) require_at_least("--reduce-bucket-size", f.reduce_bucket, 1);
+  if (vm.count("allgather-bucket-size"))
+    require_at_least("--allgather-bucket-size", f.allgather_bucket, 1);
+  if (vm.count("shard-size")) require_at_least("--shard-size", f.shard_size, 1);
+  if (vm.count("hpz")) require_at_least("--hpz", f.hpz, 1);
+  if (vm.count("ranks") && vm.count("shard-size") && f.ranks % f.shard_size != 0)
+    throw Error(cat("--shard-size ", f.shard_size, " does not divide -n ", f.ranks,
+                    ": shard groups must tile the ranks"));
+  if (vm.count("ranks") && vm.count("hpz") && f.ranks % f.hpz != 0)
+    throw Error(cat("--hpz ", f.hpz, " does not divide -n ", f.ranks));
+  if (vm.count("lr")) require_finite_nonneg("--lr", f.lr);
+  if (vm.count("clip")) require_finite_nonneg("--clip", f.clip);
+  if (vm.count("timeout") &&
+      (!std::isfinite(f.timeout) || f.timeout <= 0 || f.timeout > kMaxCommTimeoutSeconds))
+    throw Error(cat("--timeout must be a number of seconds in (0, ", kMaxCommTimeoutSeconds,
+                    "], got ", f.timeout));
+  if (vm.count("seed")) parse_seed(f.seed);
+  if (vm.count("config") && f.config_file.empty())
+    throw Error("--config: the file name is empty");
+  if (vm.count("json") && f.json_file.empty()) throw Error("--json: the file name is empty");
+  if (vm.count("plot") && f.plot_file.empty()) throw Error("--plot: the file name is empty");
+  if (vm.count("save") && f.ckpt.save.empty()) throw Error("--save: the folder name is empty");
+  if (vm.count("resume") && f.ckpt.resume.empty()) throw Error("--resume: the folder name is empty");
+  if (vm.count("save-every")) require_at_least("--save-every", f.ckpt.save_every, 1);
+  if (vm.count("keep")) require_at_least("--keep", f.ckpt.keep, 1);
+}
+
+// The model's units as the engine will register them, before any model or data is loaded.
+std::vector<UnitSpec> units_of(const Run& run) {
+  return run.gpt ? gpt_units(run.gpt_shape) : models::mlp_units(run.shape);
+}
+
+// What one rank holds on the host, by the planner (model states, buffers and the activations of
+// a micro-batch) on the CPU path, or the trainer's host sample buffers on the GPU path; refused
+// with the figures before anything is allocated, instead of a std::bad_alloc in the middle.
+void check_host_memory(const Run& run, int world, int ranks_here, bool on_gpu) {
+  const std::int64_t w = run.shape.width, b = run.micro;
+  std::int64_t per_rank = 0;
+  try {
+    if (run.gpt && on_gpu) {  // the host holds the micro-batch's token ids
+      per_rank = checked_mul(checked_mul(2 * b, run.gpt_shape.seq_len, "the token buffers"), 4,
+                             "the token buffers");
+    } else if (run.gpt) {
+      GptShape g = run.gpt_shape;
+      g.micro_batch = static_cast<int>(b);
+      PlanInput in = plan_input_from_config(run.config, world);
+      in.units = gpt_units(g);
+      in.activation_bytes = gpt_trainer_activation_bytes(
+          g, run.compute == models::GptCompute::bf16 ? DType::bf16 : DType::f32);
+      in.tied_head = true;
+      in.device = false;
+      per_rank = plan_memory(in).peak_total;
+    } else if (on_gpu) {
+      per_rank = checked_mul(checked_mul(2 * w, b, "the sample buffers"), 4, "the sample buffers");
+    } else {
+      PlanInput in = plan_input_from_config(run.config, world);
+      in.units = models::mlp_units(run.shape);
+      const std::int64_t floats = checked_mul(checked_mul(run.shape.layers + 4, b, "the activations"),
+                                              w, "the activations");
+      const std::int64_t weights = checked_mul(2 * w, w + 1, "the activations");  // w_, dw_, biases
+      if (__builtin_add_overflow(floats, weights, &in.activation_bytes))
+        throw Overflow("the activations overflow 64 bits");
+      in.activation_bytes = checked_mul(in.activation_bytes, 4, "the activations");
+      in.device = false;
+      per_rank = plan_memory(in).peak_total;
+    }
+  } catch (const Overflow&) {  // far more than any machine holds
+    throw Error(cat("this run's memory (", run.shape.layers, " layers of width ", w,
+                    ", micro-batches of ", b, " samples) overflows 64-bit byte counts; lower "
+                    "--width, --global-batch or --micro-batch"));
+  }
+  const auto avail = available_host_memory();
+  if (!avail) return;
+  std::int64_t need = 0;
+  if (__builtin_mul_overflow(per_rank, std::int64_t{ranks_here}, &need) || need > *avail)
+    throw Error(cat("this run needs ", format_bytes(per_rank), " of host memory per rank",
+                    ranks_here > 1 ? cat(" (x ", ranks_here, " ranks on this node)") : std::string(),
+                    ": model states, buffers and the activations of micro-batches of ", b,
+                    " samples of width ", w, ", but ", format_bytes(*avail),
+                    " is available (MemAvailable); lower --global-batch, --micro-batch or --width, "
+                    "or raise --accum or -n"));
+}
+
+// Flags over the config over zero train's defaults; `world` is the rank count when known (0
+// before a relaunch without -n inside a job: then the batch is resolved later, once MPI runs).
+Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm, int world) {
+  Run run;
+  Config& config = run.config;
+  const bool from_file = vm.count("config") > 0;
+  if (from_file) {
+    config = load_config(f.config_file);
+  } else {  // zero train's own defaults, where a config file would give its own
+    config.precision = Precision::bf16;
+    config.optimizer.lr = 3e-3;
+    config.gradient_clipping = 1.0;
+  }
+  fill_auto_defaults(config, {.lr = 3e-3, .clip = 1.0, .precision = Precision::bf16,
+                              .total_steps = f.steps});
+  if (vm.count("stage")) config.zero.stage = f.stage;
+  if (vm.count("precision")) config.precision = parse_precision(f.precision);
+  if (vm.count("reduce-dtype")) config.communication_data_type = parse_reduce(f.reduce);
+  if (vm.count("lr")) config.optimizer.lr = f.lr;
+  if (vm.count("clip")) config.gradient_clipping = f.clip;
+  if (vm.count("overlap")) config.zero.overlap_comm = true;
+  if (vm.count("reduce-bucket-size")) config.zero.reduce_bucket_size = f.reduce_bucket;
+  if (vm.count("allgather-bucket-size")) config.zero.allgather_bucket_size = f.allgather_bucket;
+  if (vm.count("shard-size")) config.zero.mics_shard_size = f.shard_size;
+  if (vm.count("hpz")) config.zero.zero_hpz_partition_size = f.hpz;
+  if (vm.count("timeout")) config.comm_timeout_seconds = f.timeout;
+  // Batch sizes: a flag sets its key as if the config had given it (DeepSpeed's rule then
+  // derives the rest); with none given anywhere, zero train's global batch of 64.
+  if (vm.count("global-batch")) config.train_batch_size = f.global_batch;
+  if (vm.count("micro-batch")) {
+    config.train_micro_batch_size_per_gpu = f.micro_batch;
+    config.micro_batch_given = true;
+  }
+  if (vm.count("accum")) {
+    config.gradient_accumulation_steps = f.accum;
+    config.accumulation_given = true;
+  }
+  run.gpt = f.model == "gpt";
+  // zero train's default global batch: 64 samples of the MLP, 16 sequences of the GPT.
+  if (!config.train_batch_size && !config.micro_batch_given)
+    config.train_batch_size = run.gpt ? 16 : 64;
+  if (run.gpt) {
+    run.gpt_shape = preset_shape(f.preset);
+    run.compute = vm.count("compute") ? (f.compute == "bf16" ? models::GptCompute::bf16
+                                                             : models::GptCompute::fp32)
+                  : config.precision == Precision::bf16 ? models::GptCompute::bf16
+                                                        : models::GptCompute::fp32;
+    if (run.compute == models::GptCompute::bf16 && config.precision != Precision::bf16)
+      throw Error(cat("--compute bf16 needs bf16 parameters, but the run trains in ",
+                      name_of(config.precision), "; use --compute fp32 or --precision bf16"));
+  }
+  run.shape.layers = f.layers;
+  run.shape.width = f.width;
+  run.shape.seed = vm.count("seed")  ? parse_seed(f.seed)
+                   : from_file       ? static_cast<std::uint64_t>(config.seed)
+                                     : 1;
+  run.steps = f.steps;
+  run.log_every = vm.count("log-every") ? f.log_every : from_file ? config.steps_per_print : 1;
+  run.timeout = config.comm_timeout_seconds;
+  fill_auto_from_model(config, f.width);
+  if (world < 1) return run;
+  try {
+    config.resolve_batch(world);
+  } catch (const Error& e) {
+    throw Error(cat(e.what(), " (with ", world, world == 1 ? " rank" : " ranks",
+                    "; --global-batch, --micro-batch and --accum set these keys)"));
+  }
+  run.micro = config.train_micro_batch_size_per_gpu;
+  run.accum = config.gradient_accumulation_steps;
+  run.shape.global_batch = *config.train_batch_size;
+  if (run.gpt) {
+    if (run.micro > std::numeric_limits<int>::max())
+      throw Error(cat("train_micro_batch_size_per_gpu: ", run.micro, " sequences is too many"));
+    run.gpt_shape.micro_batch = static_cast<int>(run.micro);
+    models::check_gpt_shape(run.gpt_shape);
+  }
+  // Sample indices run to steps x global batch.
+  checked_mul(run.steps, run.shape.global_batch, "--steps x the global batch");
+  return run;
+}
+
+
+}  // namespace zero::cli

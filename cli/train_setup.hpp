@@ -1,0 +1,65 @@
+// The flags `zero train` and `zero compare` share, and what they resolve to: one run's settings
+// (flags over the config over zero train's defaults), checked before any rank starts.
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cli/train_checkpoint.hpp"
+#include "models/gpt.hpp"
+#include "models/mlp.hpp"
+#include "zero/zero.hpp"
+
+namespace zero::cli {
+
+// The settings of one run: flags over the config over zero train's defaults, resolved and checked
+// before anything starts (and before a relaunch under mpirun, so that a bad flag is reported once,
+// by this process, not by every rank).
+struct Flags {
+  std::string model = "mlp", precision, reduce, config_file, json_file, device = "auto", seed;
+  std::string preset = "gpt-nano", data, compute;  // the GPT's
+  std::string plot_file;
+  int ranks = 1, stage = 0;
+  std::int64_t steps = 20, accum = 1, global_batch = 64, micro_batch = 1, log_every = 1;
+  std::int64_t reduce_bucket = 0, allgather_bucket = 0;
+  int shard_size = 0, hpz = 0;
+  int layers = 4, width = 512;
+  double lr = 0, clip = 0, timeout = 600;
+  CheckpointFlags ckpt;  // --save, --save-every, --keep, --save-sync, --resume
+};
+
+// What the flags resolve to.
+struct Run {
+  Config config;
+  bool gpt = false;
+  models::MlpShape shape;  // the MLP's (its seed and global batch serve the GPT too)
+  GptShape gpt_shape;      // micro_batch set once the batch is resolved
+  models::GptCompute compute = models::GptCompute::bf16;
+  std::int64_t steps = 20, log_every = 1, micro = 1, accum = 1;
+  double timeout = 600;
+};
+
+// The options of one run (everything but --help), bound to `f`.
+void add_train_options(boost::program_options::options_description& opts, Flags& f);
+
+// The flags alone, before any file is read: ranges, and flags of the other model.
+void check_flags(const Flags& f, const boost::program_options::variables_map& vm);
+
+// Flags over the config over zero train's defaults; `world` is the rank count when known (0
+// before a relaunch without -n inside a job: then the batch is resolved later, once MPI runs).
+Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm, int world);
+
+// The model's units as the engine will register them, before any model or data is loaded.
+std::vector<UnitSpec> units_of(const Run& run);
+
+// Refuses, with the figures, a run whose ranks on this node need more host memory than is
+// available, before anything is allocated.
+void check_host_memory(const Run& run, int world, int ranks_here, bool on_gpu);
+
+// --device auto: the GPU path when this build has it and every rank on every node has a GPU of
+// its own (NCCL refuses two ranks on one device); all ranks decide together (a collective).
+bool use_gpu(const std::string& device);
+
+}  // namespace zero::cli
