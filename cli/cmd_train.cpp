@@ -72,28 +72,8 @@ int cmd_train(const Args& argv) {
   }
   f.ckpt.sync = vm.count("save-sync") > 0;
   check_flags(f, vm);
-  // Everything that can be checked without MPI, before a relaunch starts any rank.
   const int asked = vm.count("ranks") ? f.ranks : in_mpi_job() ? 0 : 1;
-  double timeout = 0;
-  {
-    const Run early = resolve_run(f, vm, asked);
-    if (early.gpt && !in_mpi_job()) {  // a bad token file is said once, before ranks start
-      const models::TokenFile file(f.data);
-      file.check_vocab(early.gpt_shape.vocab);
-      (void)models::TokenSampler(file, early.gpt_shape.seq_len, 0);
-    }
-    if (!in_mpi_job())  // a wrong --resume or --save is one sentence, before ranks start
-      (void)check_checkpoint_flags(f.ckpt, units_of(early), f.model, early.steps);
-    if (asked > 0 && !in_mpi_job() && (f.device == "cpu" || !ZERO_HAVE_CUDA))
-      check_host_memory(early, asked, asked, false);
-    timeout = early.timeout;
-  }
-  // The GPT's MFU is against the cores' FMA peak, measured here while no rank runs (ranks
-  // sharing cores would measure each other) and handed to the ranks.
-  if (f.model == "gpt" && asked > 1 && !in_mpi_job() && !std::getenv("ZERO_FMA_PEAK")) {
-    const kernels::cpu::FmaPeak peak = kernels::cpu::measure_fma_peak(0.05, 4);
-    ::setenv("ZERO_FMA_PEAK", cat(peak.flops, " ", peak.kernel).c_str(), 1);
-  }
+  const double timeout = before_launch(f, vm, asked);
   if (asked > 0) ensure_ranks(asked, argv);
 
   // A rank that never joins ends MPI startup after the same timeout as a collective.
@@ -191,33 +171,10 @@ int cmd_train(const Args& argv) {
   // a job started by mpirun or srun, here, by rank 0, while the others may be starting up.
   double peak_flops = 0;
   std::string peak_source;
-  if (model->flops_per_token() > 0 && on_gpu && rank == 0) {
-    // On GPUs: each rank's device's dense bf16 tensor-core peak (kernels/cuda/device.hpp), as
-    // llm.c counts it, whatever the compute dtype.
-    const auto devices = kernels::cuda::describe_devices();
-    const int local = comm::node_local_rank();
-    if (local < static_cast<int>(devices.size())) {
-      const auto& d = devices[static_cast<std::size_t>(local)];
-      const auto p = kernels::cuda::bf16_peak(d.name, d.compute_capability);
-      peak_flops = p.tflops * 1e12 * n;
-      peak_source = cat(d.name, " bf16 peak x ", n, " (", p.source, ")");
-    }
-  }
-  if (model->flops_per_token() > 0 && !on_gpu && rank == 0) {
-    kernels::cpu::FmaPeak peak;
-    std::string kernel;
-    if (const char* given = std::getenv("ZERO_FMA_PEAK")) {
-      std::istringstream in(given);
-      in >> peak.flops;
-      std::getline(in >> std::ws, kernel);
-      peak.kernel = kernel;
-    } else {
-      peak = kernels::cpu::measure_fma_peak(0.05, 4);
-    }
-    const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-    const long used = std::min<long>(cores, n);
-    peak_flops = peak.flops * static_cast<double>(used);
-    peak_source = cat(peak.kernel, " peak of ", used, " core", used == 1 ? "" : "s", ", measured");
+  if (model->flops_per_token() > 0 && rank == 0) {
+    const Peak peak = ranks_peak(on_gpu, n);
+    peak_flops = peak.flops;
+    peak_source = peak.source;
   }
   StepClock clock(*model, engine, run_steps);
   const double tokens_per_step = static_cast<double>(global_batch * model->tokens_per_sample());

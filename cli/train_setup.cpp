@@ -8,10 +8,14 @@
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <sstream>
 
 #include "cli/fill_auto.hpp"
+#include "cli/launch.hpp"
 #include "cli/options.hpp"
 #include "comm/nccl_communicator.hpp"
+#include "kernels/cpu/peak.hpp"
+#include "models/tokens.hpp"
 #include "kernels/cuda/device.hpp"
 #include "zero_build_config.hpp"
 
@@ -351,5 +355,61 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   return run;
 }
 
+
+double before_launch(const Flags& f, const boost::program_options::variables_map& vm, int asked) {
+  double timeout = 0;
+  {
+    const Run early = resolve_run(f, vm, asked);
+    if (early.gpt && !in_mpi_job()) {  // a bad token file is said once, before ranks start
+      const models::TokenFile file(f.data);
+      file.check_vocab(early.gpt_shape.vocab);
+      (void)models::TokenSampler(file, early.gpt_shape.seq_len, 0);
+    }
+    if (!in_mpi_job())  // a wrong --resume or --save is one sentence, before ranks start
+      (void)check_checkpoint_flags(f.ckpt, units_of(early), f.model, early.steps);
+    if (asked > 0 && !in_mpi_job() && (f.device == "cpu" || !ZERO_HAVE_CUDA))
+      check_host_memory(early, asked, asked, false);
+    timeout = early.timeout;
+  }
+  // The GPT's MFU is against the cores' FMA peak, measured here while no rank runs (ranks
+  // sharing cores would measure each other) and handed to the ranks.
+  if (f.model == "gpt" && asked > 1 && !in_mpi_job() && !std::getenv("ZERO_FMA_PEAK")) {
+    const kernels::cpu::FmaPeak peak = kernels::cpu::measure_fma_peak(0.05, 4);
+    ::setenv("ZERO_FMA_PEAK", cat(peak.flops, " ", peak.kernel).c_str(), 1);
+  }
+  return timeout;
+}
+
+Peak ranks_peak(bool on_gpu, int n) {
+  Peak out;
+  if (on_gpu) {
+    // On GPUs: each rank's device's dense bf16 tensor-core peak (kernels/cuda/device.hpp), as
+    // llm.c counts it, whatever the compute dtype.
+    const auto devices = kernels::cuda::describe_devices();
+    const int local = comm::node_local_rank();
+    if (local < static_cast<int>(devices.size())) {
+      const auto& d = devices[static_cast<std::size_t>(local)];
+      const auto p = kernels::cuda::bf16_peak(d.name, d.compute_capability);
+      out.flops = p.tflops * 1e12 * n;
+      out.source = cat(d.name, " bf16 peak x ", n, " (", p.source, ")");
+    }
+  } else {
+    kernels::cpu::FmaPeak peak;
+    std::string kernel;
+    if (const char* given = std::getenv("ZERO_FMA_PEAK")) {
+      std::istringstream in(given);
+      in >> peak.flops;
+      std::getline(in >> std::ws, kernel);
+      peak.kernel = kernel;
+    } else {
+      peak = kernels::cpu::measure_fma_peak(0.05, 4);
+    }
+    const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    const long used = std::min<long>(cores, n);
+    out.flops = peak.flops * static_cast<double>(used);
+    out.source = cat(peak.kernel, " peak of ", used, " core", used == 1 ? "" : "s", ", measured");
+  }
+  return out;
+}
 
 }  // namespace zero::cli

@@ -62,4 +62,21 @@ void check_host_memory(const Run& run, int world, int ranks_here, bool on_gpu);
 // its own (NCCL refuses two ranks on one device); all ranks decide together (a collective).
 bool use_gpu(const std::string& device);
 
+// Everything that can be checked without MPI, before a relaunch starts any rank (a bad flag,
+// token file, checkpoint or memory need is then said once, by this process); and the FMA peak
+// the GPT's MFU is measured against, measured here while no rank runs (ranks sharing cores would
+// measure each other) and handed to the ranks (ZERO_FMA_PEAK). asked: the -n given (0: none,
+// inside a job). Returns the collective timeout, for MPI's startup watchdog.
+double before_launch(const Flags& f, const boost::program_options::variables_map& vm, int asked);
+
+// What MFU is measured against (rank 0 calls it): on GPUs each rank's device's dense bf16
+// tensor-core peak (kernels/cuda/device.hpp), as llm.c counts it, whatever the compute dtype; on
+// the CPU the measured fp32 FMA peak of the cores the ranks run on (one core a rank, at most the
+// node's), from ZERO_FMA_PEAK when the launcher measured it before the ranks started.
+struct Peak {
+  double flops = 0;    // 0: unknown
+  std::string source;  // how it was found, for the report
+};
+Peak ranks_peak(bool on_gpu, int ranks);
+
 }  // namespace zero::cli
