@@ -247,13 +247,7 @@ int cmd_train(const Args& argv) {
   MPI_Allgather(mine, 6, MPI_INT64_T, all.data(), 6, MPI_INT64_T, MPI_COMM_WORLD);
 
   // What the planner predicted for this very run, beside what the ledger measured (rank 0's).
-  PlanInput plan_in = plan_input_from_config(config, n);
-  plan_in.units = model->units();
-  plan_in.activation_bytes = model->activation_bytes();
-  plan_in.tied_head = model->tied_head();
-  plan_in.model_name = model->kind();
-  plan_in.device = on_gpu;
-  const Plan plan = plan_memory(plan_in);
+  const Plan plan = plan_memory(plan_input_of(config, n, *model, on_gpu));
   struct Row {
     const char* name;
     std::int64_t planned, measured;

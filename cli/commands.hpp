@@ -14,5 +14,6 @@ int cmd_comm_check(const Args& argv);
 int cmd_train(const Args& argv);
 int cmd_plan(const Args& argv);
 int cmd_data(const Args& argv);
+int cmd_compare(const Args& argv);
 
 }  // namespace zero::cli

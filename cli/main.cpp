@@ -30,6 +30,8 @@ constexpr Command kCommands[] = {
     {"comm-check", zero::cli::cmd_comm_check,
      "run every collective on N ranks, check the results and time them"},
     {"train", zero::cli::cmd_train, "train the reference model at a ZeRO stage on N ranks"},
+    {"compare", zero::cli::cmd_compare,
+     "train the same model at each ZeRO stage in one job: time, memory, traffic side by side"},
     {"plan", zero::cli::cmd_plan,
      "memory per rank at each stage, before running; what fits a budget (no ranks started)"},
     {"data", zero::cli::cmd_data,

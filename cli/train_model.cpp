@@ -85,6 +85,16 @@ class GptModel final : public TrainModel {
 
 }  // namespace
 
+PlanInput plan_input_of(const Config& config, int ranks, const TrainModel& model, bool on_gpu) {
+  PlanInput in = plan_input_from_config(config, ranks);
+  in.units = model.units();
+  in.activation_bytes = model.activation_bytes();
+  in.tied_head = model.tied_head();
+  in.model_name = model.kind();
+  in.device = on_gpu;
+  return in;
+}
+
 std::unique_ptr<TrainModel> make_mlp_model(const models::MlpShape& shape, std::int64_t micro,
                                            comm::Memory where) {
   return std::make_unique<MlpModel>(shape, micro, where);

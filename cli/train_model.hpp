@@ -41,6 +41,9 @@ class TrainModel {
   virtual double flops_per_token() const { return 0; }
 };
 
+// What the planner needs to predict a run of `model` under `config` on `ranks` ranks.
+PlanInput plan_input_of(const Config& config, int ranks, const TrainModel& model, bool on_gpu);
+
 // The MLP on `where` memory (the GPU path: device).
 std::unique_ptr<TrainModel> make_mlp_model(const models::MlpShape& shape, std::int64_t micro,
                                            comm::Memory where);

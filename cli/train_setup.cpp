@@ -356,7 +356,8 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
 }
 
 
-double before_launch(const Flags& f, const boost::program_options::variables_map& vm, int asked) {
+double before_launch(const Flags& f, const boost::program_options::variables_map& vm, int asked,
+                     bool steps_from_start) {
   double timeout = 0;
   {
     const Run early = resolve_run(f, vm, asked);
@@ -366,7 +367,8 @@ double before_launch(const Flags& f, const boost::program_options::variables_map
       (void)models::TokenSampler(file, early.gpt_shape.seq_len, 0);
     }
     if (!in_mpi_job())  // a wrong --resume or --save is one sentence, before ranks start
-      (void)check_checkpoint_flags(f.ckpt, units_of(early), f.model, early.steps);
+      (void)check_checkpoint_flags(f.ckpt, units_of(early), f.model,
+                                   steps_from_start ? early.steps : INT64_MAX);
     if (asked > 0 && !in_mpi_job() && (f.device == "cpu" || !ZERO_HAVE_CUDA))
       check_host_memory(early, asked, asked, false);
     timeout = early.timeout;

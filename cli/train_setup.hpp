@@ -66,8 +66,11 @@ bool use_gpu(const std::string& device);
 // token file, checkpoint or memory need is then said once, by this process); and the FMA peak
 // the GPT's MFU is measured against, measured here while no rank runs (ranks sharing cores would
 // measure each other) and handed to the ranks (ZERO_FMA_PEAK). asked: the -n given (0: none,
-// inside a job). Returns the collective timeout, for MPI's startup watchdog.
-double before_launch(const Flags& f, const boost::program_options::variables_map& vm, int asked);
+// inside a job). steps_from_start: --steps counts from the run's start (zero train), else from
+// the checkpoint --resume names (zero compare). Returns the collective timeout, for MPI's startup
+// watchdog.
+double before_launch(const Flags& f, const boost::program_options::variables_map& vm, int asked,
+                     bool steps_from_start = true);
 
 // What MFU is measured against (rank 0 calls it): on GPUs each rank's device's dense bf16
 // tensor-core peak (kernels/cuda/device.hpp), as llm.c counts it, whatever the compute dtype; on

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""`zero compare` end to end: the GPT at stages 0-3 on 4 ranks in one job, each from the same
+start: the table (one row per stage), the weights bitwise equal across stages, every measured
+memory category equal to the plan, the traffic as ZeRO's analysis orders it, the --json fields,
+the chart (one bar per stage in both panels); resuming every stage from one checkpoint; and bad
+flags refused in one sentence.
+Usage: test_compare_command.py path/to/zero. Prints 'N passed, N failed'."""
+import json, os, re, subprocess, sys, tempfile
+
+ZERO = sys.argv[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, finish, user_env  # noqa: E402
+
+
+def zero(*args, timeout=300):
+    return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout,
+                          env=user_env())
+
+
+def one_error(name, r, *words):
+    lines = [l for l in r.stderr.splitlines() if "error" in l.lower()]
+    return (name, r.returncode != 0 and len(lines) == 1 and all(w in lines[0] for w in words),
+            r.stdout + r.stderr)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    txt = os.path.join(tmp, "text.txt")
+    with open(txt, "w") as f:
+        f.write("It was the best of times, it was the worst of times, it was the age of wisdom. " * 80)
+    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
+    check("zero data makes the token files", r.returncode == 0, r.stdout + r.stderr)
+    gpt = ["--model", "gpt", "--preset", "gpt-micro", "--device", "cpu", "-n", "4",
+           "--global-batch", "8", "--data", os.path.join(tmp, "t_train.bin")]
+    js, svg = os.path.join(tmp, "cmp.json"), os.path.join(tmp, "cmp.svg")
+    # gpt-micro's units are below DeepSpeed's default persistence threshold (1e5 elements): with
+    # it every unit would stay gathered at stage 3. At 0 each is gathered before use.
+    cfg = os.path.join(tmp, "ds.json")
+    with open(cfg, "w") as f:
+        json.dump({"zero_optimization": {"stage3_param_persistence_threshold": 0}}, f)
+    r = zero("compare", *gpt, "--warmup", "1", "--steps", "3", "--json", js, "--chart", svg,
+             "--config", cfg)
+    check("zero compare -n 4 runs the GPT at every stage", r.returncode == 0, r.stdout + r.stderr)
+    if r.returncode != 0:
+        finish()
+    out = r.stdout
+    rows = re.findall(r"^([0-3])\s+[\d.]+\s+[\d.]+\.\.[\d.]+\s+\d+\s+[\d.]+%", out, re.M)
+    check("the table has one row per stage, 0 to 3, with tokens/s and MFU", rows == list("0123"), out)
+    check("the stages' weights agree bitwise", "bitwise the same at every stage" in out, out)
+    with open(js) as f:
+        j = json.load(f)
+    stages = j["stages"]
+    check("--json: every stage with its step times, split, traffic, memory, checksum",
+          [s["stage"] for s in stages] == [0, 1, 2, 3] and
+          all(len(s["step_seconds"]) == 3 and s["median_seconds"] > 0 and s["tokens_per_second"] > 0
+              and set(s["split"]) == {"total", "compute", "exposed_comm", "optimizer", "data", "other"}
+              for s in stages) and j["weights_agree_bitwise"] is True and
+          len({s["checksum"] for s in stages}) == 1, json.dumps(j)[:800])
+    mismatch = [(s["stage"], k) for s in stages for k in
+                ("params", "grads", "master", "optimizer", "buffers", "activations", "peak_total")
+                if s["memory_measured"][k] != s["memory_planned"][k]]
+    check("every measured memory category equals the plan, at every stage", not mismatch, str(mismatch))
+    mem = {s["stage"]: s["memory_measured"] for s in stages}
+    check("the fp32 master and Adam moments are sharded from stage 1 (4 ranks: a quarter)",
+          all(abs(mem[k]["master"] * 4 - mem[0]["master"]) <= 4 * 64 * 4 * 40 for k in (1, 2, 3)) and
+          mem[1]["optimizer"] < mem[0]["optimizer"] / 3, str(mem))
+    check("peak memory per rank falls from stage 0 to stages 1-3",
+          all(mem[k]["peak_total"] < mem[0]["peak_total"] for k in (1, 2, 3)), str(mem))
+    ag = {s["stage"]: s["collectives_per_step"]["all_gather"]["payload_bytes"] for s in stages}
+    rs = {s["stage"]: s["collectives_per_step"]["reduce_scatter"]["payload_bytes"] for s in stages}
+    check("every stage reduce-scatters the same gradient bytes", len(set(rs.values())) == 1, str(rs))
+    check("stage 3 gathers more params than stage 2 (before use, not once after the step)",
+          ag[3] > ag[2] and ag[1] == ag[2], str(ag))
+    with open(svg) as f:
+        text = f.read()
+    labels = re.findall(r">stage ([0-3])</text>", text)
+    check("--chart: an SVG with a bar per stage in both panels (time split, memory)",
+          text.startswith("<svg") and labels == list("01230123") and "exposed communication" in text,
+          text[:300])
+    png = svg[:-4] + ".png"
+    has_converter = any(os.access(os.path.join(d, "rsvg-convert"), os.X_OK)
+                        for d in os.environ.get("PATH", "").split(":"))
+    if has_converter:
+        check("--chart: a PNG beside it where rsvg-convert is installed",
+              os.path.exists(png) and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n", out)
+    else:
+        print("skip the PNG: rsvg-convert is not installed (apt-get install librsvg2-bin)")
+
+    # Every stage from one checkpoint.
+    ck = os.path.join(tmp, "ck")
+    r = zero("train", *gpt, "--stage", "1", "--steps", "2", "--save", ck)
+    check("a checkpoint to compare from", r.returncode == 0, r.stderr)
+    r = zero("compare", *gpt, "--stages", "3,0", "--warmup", "0", "--steps", "2", "--resume", ck)
+    check("--resume: the stages start from the checkpoint and still agree",
+          r.returncode == 0 and f"from {ck}/step_00000002" in r.stdout and
+          "bitwise the same at every stage" in r.stdout and
+          re.findall(r"^([0-3])\s+[\d.]+\s+[\d.]+\.\.", r.stdout, re.M) == ["3", "0"], r.stdout + r.stderr)
+
+    check(*one_error("a stage outside 0..3 is refused", zero("compare", "--stages", "0,5"), "--stages"))
+    check(*one_error("--stage (zero train's) is refused", zero("compare", "--stage", "2"),
+                     "--stage is zero train's"))
+    check(*one_error("a stage listed twice is refused", zero("compare", "--stages", "1,1"), "twice"))
+finish()
