@@ -22,11 +22,6 @@ int world_rank() {
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
   return r;
 }
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
 // A fresh folder that every rank names (made by rank 0, removed when the test case ends).
 struct TempDir {

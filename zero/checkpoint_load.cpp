@@ -1,0 +1,148 @@
+// Loading a checkpoint into an engine, at any rank count and stage (zero/checkpoint.hpp): every
+// rank reads and checks its part into host staging, the ranks agree, and only then is anything
+// stored, so a failure leaves the engine as it was.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "zero/checkpoint_impl.hpp"
+
+namespace zero {
+namespace fs = std::filesystem;
+using checkpoint_detail::agree;
+using checkpoint_detail::require_between_steps;
+using checkpoint_detail::state_index;
+
+namespace {
+
+// The model's params against the checkpoint's: the first mismatch as a sentence, or "".
+std::string compare_params(const std::vector<ParamSpec>& params, const CheckpointMeta& m,
+                           const std::string& where, std::vector<int>& index_of) {
+  auto shape_text = [](const std::vector<std::int64_t>& s) {
+    std::string t = "[";
+    for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+    return t + "]";
+  };
+  std::map<std::string, int> by_name;
+  for (std::size_t i = 0; i < m.params.size(); ++i) by_name[m.params[i].name] = static_cast<int>(i);
+  index_of.assign(params.size(), -1);
+  std::vector<std::string> missing, extra;
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const ParamSpec& pl = params[p];
+    const auto it = by_name.find(pl.name);
+    if (it == by_name.end()) {
+      missing.push_back(pl.name);
+      continue;
+    }
+    const CheckpointParam& cp = m.params[static_cast<std::size_t>(it->second)];
+    std::int64_t numel = 1;
+    for (std::int64_t d : pl.shape) numel *= d;
+    if (cp.shape != pl.shape && cp.numel != numel)
+      return cat(where, ": param '", pl.name, "' has shape ", shape_text(cp.shape),
+                 " in the checkpoint but ", shape_text(pl.shape), " in the model");
+    if (cp.shape != pl.shape)
+      return cat(where, ": param '", pl.name, "' has shape ", shape_text(cp.shape),
+                 " in the checkpoint but ", shape_text(pl.shape),
+                 " in the model (the same elements, another shape)");
+    index_of[p] = it->second;
+    by_name.erase(it);
+  }
+  for (const auto& [name, i] : by_name) extra.push_back(name);
+  auto list = [](const std::vector<std::string>& v) {
+    std::string t;
+    for (std::size_t i = 0; i < v.size() && i < 3; ++i) t += (i ? ", '" : "'") + v[i] + "'";
+    return v.size() > 3 ? cat(t, " and ", v.size() - 3, " more") : t;
+  };
+  if (!missing.empty())
+    return cat(where, ": the model's param", missing.size() > 1 ? "s " : " ", list(missing),
+               missing.size() > 1 ? " are" : " is", " not in the checkpoint (it holds ",
+               m.params.size(), " params of another model?)");
+  if (!extra.empty())
+    return cat(where, ": the checkpoint holds param", extra.size() > 1 ? "s " : " ", list(extra),
+               " that the model does not have");
+  return "";
+}
+
+std::vector<ParamSpec> specs_of(const Layout& layout) {
+  std::vector<ParamSpec> out;
+  for (const ParamLayout& p : layout.params) out.push_back({p.name, p.shape});
+  return out;
+}
+
+}  // namespace
+
+std::string checkpoint_mismatch(const CheckpointMeta& meta, const std::vector<UnitSpec>& units,
+                                const std::string& where) {
+  std::vector<ParamSpec> params;
+  for (const UnitSpec& u : units) params.insert(params.end(), u.params.begin(), u.params.end());
+  std::vector<int> index_of;
+  return compare_params(params, meta, where, index_of);
+}
+
+LoadResult load_checkpoint(Engine& engine, const std::string& path) {
+  Engine::Impl& s = CheckpointAccess::of(engine);
+  require_between_steps(s, "load");
+  LoadResult out;
+  const std::size_t n = s.master.bytes() / sizeof(float);
+  std::vector<float> state[kStateTensors];
+  std::string error;
+  try {
+    out.path = find_checkpoint(path);
+    out.meta = read_checkpoint_meta(out.path);
+    std::vector<int> index_of;
+    const std::string where = (fs::path(out.path) / kCheckpointMeta).string();
+    error = compare_params(specs_of(s.layout), out.meta, where, index_of);
+    if (error.empty()) {
+      for (auto& v : state) v.assign(n, 0.0f);
+      CheckpointReader reader(out.path, out.meta);
+      auto read = [&](int param, std::int64_t begin, std::int64_t count, std::int64_t at) {
+        for (int t = 0; t < kStateTensors; ++t)
+          reader.read(index_of[static_cast<std::size_t>(param)], static_cast<StateTensor>(t), begin,
+                      std::span(state[t]).subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(count)));
+      };
+      for (int u = 0; u < static_cast<int>(s.layout.units.size()); ++u) {
+        const auto& U = s.layout.units[static_cast<std::size_t>(u)];
+        if (s.policy.shard_optimizer) {
+          for (const ShardPiece& p : s.layout.shard_pieces(u, s.shard_rank))
+            read(p.param, p.param_offset, p.count,
+                 state_index(s, u, U.shard_range(s.shard_rank).begin + p.shard_offset));
+        } else {
+          for (int p = U.first_param; p < U.first_param + U.param_count; ++p)
+            read(p, 0, s.layout.params[static_cast<std::size_t>(p)].numel,
+                 state_index(s, u, s.layout.params[static_cast<std::size_t>(p)].offset));
+        }
+      }
+      for (const auto& v : state)  // a finite checkpoint only: the update check assumes it
+        if (const auto it = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+            it != v.end())
+          error = cat(out.path, ": a stored value is not finite (NaN or infinity) at state element ",
+                      it - v.begin(), " of this rank");
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // All ranks or none: nothing is stored until every rank has read and checked its part.
+  const std::string agreed = agree(s, error);
+  if (!agreed.empty()) throw Error(cat("cannot load checkpoint: ", agreed));
+
+  Allocation* dst[kStateTensors] = {&s.master, &s.exp_avg, &s.exp_avg_sq};
+  for (int t = 0; t < kStateTensors; ++t)
+    s.backend->upload(dst[t]->data(), state[t].data(), n * sizeof(float));
+  const CheckpointMeta& m = out.meta;
+  s.applied_steps = m.step;
+  s.skipped_steps = m.skipped_steps;
+  s.stats.consecutive_skipped_steps = m.consecutive_skipped;
+  if (s.scaler && m.loss_scaler) {
+    s.scaler->restore(*m.loss_scaler);
+  } else if (s.scaler) {
+    s.log(cat("checkpoint ", out.path, " was saved by a ", m.precision,
+              " run: the fp16 loss scaler starts afresh at ", s.scaler->scale()));
+  }
+  s.params_from_master();
+  out.step = m.step;
+  out.trainer_state = m.trainer;
+  return out;
+}
+
+}  // namespace zero
