@@ -16,6 +16,7 @@
 #include "cli/fill_auto.hpp"
 #include "cli/options.hpp"
 #include "cli/plan_plot.hpp"
+#include "cli/plan_time.hpp"
 #include "zero/planner.hpp"
 #include "zero/zero.hpp"
 
@@ -117,6 +118,7 @@ boost::json::object to_json(const Plan& p, const PlanInput& in, std::optional<st
                                   {"across_shard_groups", p.traffic.replicate},
                                   {"hpz_group", p.traffic.secondary},
                                   {"all_ranks", p.traffic.world}}},
+      {"collectives_per_step", collectives_json(p.collectives)},
   };
   if (budget) {
     o["budget_bytes"] = *budget;
@@ -201,6 +203,9 @@ int cmd_plan(const Args& argv) {
        "stage 3: units of fewer elements stay gathered (1e5)")
       ("config", val(&config_file, "FILE"),
        "DeepSpeed-style JSON config (the settings above and the micro-batch; flags override it)");
+  TimeFlags time_flags;
+  po::options_description times("time per step (with a cluster profile: docs/time.md)", kWidth);
+  add_time_options(times, time_flags);
   po::options_description out("output", kWidth);
   out.add_options()
       ("budget", val(&budget_text, "BYTES"),
@@ -216,7 +221,7 @@ int cmd_plan(const Args& argv) {
       ("help,h", "show this help");
   // clang-format on
   po::options_description opts(kWidth);
-  opts.add(model).add(run).add(out);
+  opts.add(model).add(run).add(times).add(out);
   const po::variables_map vm = parse_options(argv, opts);
   if (vm.count("help")) {
     std::cout
@@ -229,11 +234,16 @@ int cmd_plan(const Args& argv) {
            "  zero plan --preset gpt3-13b -n 16 --budget 80GiB --explain\n"
            "  zero plan --preset gpt3-1.3b --seq-len 4096 --micro-batch 4 --recompute --json -\n"
            "  zero plan --preset gpt3-6.7b -n 8 --offload cpu --budget 40GB --plot memory.svg\n"
+           "  zero plan --params 13B -n 64 --cluster a100-sxm --tokens-per-step 1M   time per step\n"
         << opts;
     return 0;
   }
   if (vm.count("list-presets")) {
     list_presets();
+    return 0;
+  }
+  if (vm.count("list-clusters")) {
+    list_clusters();
     return 0;
   }
 
@@ -411,6 +421,16 @@ int cmd_plan(const Args& argv) {
     require_at_least("--activations", in.activation_bytes, 0);
   }
 
+  // The time model: a GPT's tokens per step follow from its batch; a bare count needs them.
+  TimeModelSpec spec{.gpt_tokens = hidden ? static_cast<std::int64_t>(ranks) *
+                                                config.train_micro_batch_size_per_gpu *
+                                                config.gradient_accumulation_steps * shape.seq_len
+                                          : 0,
+                     .recompute = hidden && shape.recompute,
+                     .ranks_per_node_given = vm.count("ranks-per-node") > 0,
+                     .budget = budget};
+  const std::optional<TimeInput> timing = time_input(vm, time_flags, in, spec);
+
   std::vector<Plan> plans;
   std::vector<std::optional<int>> fewest;
   std::vector<std::int64_t> largest;
@@ -466,6 +486,12 @@ int cmd_plan(const Args& argv) {
          << "  largest model: the parameters that fit at " << ranks
          << (ranks == 1 ? " rank" : " ranks") << " (in equal units, with the same activations)\n";
   }
+  std::vector<StepTime> steps;
+  if (timing) {
+    for (const Plan& p : plans) steps.push_back(estimate_step(p, in, *timing));
+    text << describe_times(plans, steps, *timing, ranks);
+  }
+  const std::optional<std::size_t> fastest = fastest_fitting(steps);
   std::ostringstream terms;
   if (vm.count("explain"))
     for (const auto& p : plans) terms << '\n' << explain(p);
@@ -476,9 +502,12 @@ int cmd_plan(const Args& argv) {
 
   if (!json_file.empty()) {
     boost::json::array arr;
-    for (std::size_t i = 0; i < plans.size(); ++i)
-      arr.push_back(to_json(plans[i], in, budget, budget ? fewest[i] : std::nullopt,
-                            budget ? largest[i] : 0));
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+      boost::json::object o =
+          to_json(plans[i], in, budget, budget ? fewest[i] : std::nullopt, budget ? largest[i] : 0);
+      if (timing) o["time"] = time_json(steps[i], *timing, fastest == i);
+      arr.push_back(std::move(o));
+    }
     const std::string j = boost::json::serialize(arr) + "\n";
     if (json_stdout) {
       std::cout << j;

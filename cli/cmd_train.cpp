@@ -20,6 +20,7 @@
 #include "cli/fill_auto.hpp"
 #include "cli/launch.hpp"
 #include "cli/options.hpp"
+#include "cli/ckpt_io.hpp"
 #include "cli/train_checkpoint.hpp"
 #include "cli/train_setup.hpp"
 #include "cli/train_model.hpp"
@@ -143,6 +144,9 @@ int cmd_train(const Args& argv) {
       for (const auto& w : resume_differences(resumed->trainer, trainer_state))
         std::cerr << "zero train: warning: " << w << '\n';
     }
+  } else if (!f.init.empty()) {
+    engine.init_params(safetensors_fill(f.init, engine.layout()));
+    if (rank == 0) std::printf("zero train: initial weights from %s\n", f.init.c_str());
   } else {
     engine.init_params([&](int p, std::span<float> out) { model->init(p, out); });
   }

@@ -15,5 +15,6 @@ int cmd_train(const Args& argv);
 int cmd_plan(const Args& argv);
 int cmd_data(const Args& argv);
 int cmd_compare(const Args& argv);
+int cmd_ckpt(const Args& argv);
 
 }  // namespace zero::cli

@@ -36,6 +36,8 @@ constexpr Command kCommands[] = {
      "memory per rank at each stage, before running; what fits a budget (no ranks started)"},
     {"data", zero::cli::cmd_data,
      "turn a text file into byte-level tokens (llm.c shards) for the GPT trainer"},
+    {"ckpt", zero::cli::cmd_ckpt,
+     "what a checkpoint holds (info); its weights as one safetensors file (export)"},
 };
 
 void usage(std::ostream& out) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "cli/ckpt_io.hpp"
 #include "cli/fill_auto.hpp"
 #include "cli/launch.hpp"
 #include "cli/options.hpp"
@@ -153,6 +154,9 @@ void add_train_options(boost::program_options::options_description& opts, Flags&
       ("save-every", po::value(&f.ckpt.save_every), "also save every this many steps")
       ("keep", po::value(&f.ckpt.keep), "keep only the newest this many checkpoints (default: all)")
       ("save-sync", "write checkpoints in the training loop instead of in the background")
+      ("init", po::value(&f.init),
+       "start from the weights in this safetensors file (`zero ckpt export`'s, or Hugging Face "
+       "GPT-2's model.safetensors for the GPT); Adam's moments start at zero, the step at 0")
       ("resume", po::value(&f.ckpt.resume),
        "continue from a checkpoint (a step_* folder, or a --save folder: its newest complete one), "
        "at any rank count and stage; --steps counts from the run's start");
@@ -215,6 +219,10 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
   if (vm.count("save") && f.ckpt.save.empty()) throw Error("--save: the folder name is empty");
   if (vm.count("resume") && f.ckpt.resume.empty()) throw Error("--resume: the folder name is empty");
   if (vm.count("save-every")) require_at_least("--save-every", f.ckpt.save_every, 1);
+  if (vm.count("init") && f.init.empty()) throw Error("--init: the file name is empty");
+  if (vm.count("init") && vm.count("resume"))
+    throw Error("--init and --resume both give the starting weights: use one (--resume also "
+                "restores Adam's moments and the step)");
   if (vm.count("keep")) require_at_least("--keep", f.ckpt.keep, 1);
 }
 
@@ -366,6 +374,8 @@ double before_launch(const Flags& f, const boost::program_options::variables_map
       file.check_vocab(early.gpt_shape.vocab);
       (void)models::TokenSampler(file, early.gpt_shape.seq_len, 0);
     }
+    if (!f.init.empty() && !in_mpi_job())  // every tensor checked against the model, said once
+      (void)safetensors_fill(f.init, make_layout(units_of(early), {}));
     if (!in_mpi_job())  // a wrong --resume or --save is one sentence, before ranks start
       (void)check_checkpoint_flags(f.ckpt, units_of(early), f.model,
                                    steps_from_start ? early.steps : INT64_MAX);

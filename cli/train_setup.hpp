@@ -28,6 +28,7 @@ struct Flags {
   int layers = 4, width = 512;
   double lr = 0, clip = 0, timeout = 600;
   CheckpointFlags ckpt;  // --save, --save-every, --keep, --save-sync, --resume
+  std::string init;      // --init FILE.safetensors: the initial weights
 };
 
 // What the flags resolve to.

@@ -392,14 +392,43 @@ struct EngineRun {
   std::int64_t peak = 0;            // the most held at once, init_params and both steps
   std::int64_t staging = 0;         // the communicator's staging after the run
   std::int64_t step_transient = 0;  // the second step's peak less base, activations, staging
-  Plan::Traffic traffic;            // payload bytes of one step at the input's accumulation
+  Plan::Phases phases;              // the collectives of one step at the input's accumulation
 };
 
-// Every op's payload bytes in an accounting.
-std::int64_t payload(const comm::Accounting& a) {
-  std::int64_t b = 0;
-  for (const comm::OpStats& o : a.ops) b += static_cast<std::int64_t>(o.payload_bytes);
-  return b;
+// The counters of a communicator (or of every group) as GroupOps, and their arithmetic: the
+// collectives of a stretch of calls are the counters after it less those before.
+OpCount op_count(const comm::OpStats& o) {
+  return {static_cast<std::int64_t>(o.calls), static_cast<std::int64_t>(o.payload_bytes)};
+}
+GroupOps group_ops(const comm::Accounting& a) {
+  return {op_count(a[comm::Op::all_reduce]), op_count(a[comm::Op::reduce_scatter]),
+          op_count(a[comm::Op::all_gather]), op_count(a[comm::Op::broadcast])};
+}
+GroupedOps grouped_ops(const Engine::GroupAccounting& g) {
+  return {group_ops(g.shard), group_ops(g.replicate), group_ops(g.secondary), group_ops(g.world)};
+}
+// into += times * x, op by op.
+void add(GroupOps& into, const GroupOps& x, std::int64_t times = 1) {
+  auto one = [&](OpCount& a, const OpCount& b) {
+    a.calls += times * b.calls;
+    a.payload_bytes += times * b.payload_bytes;
+  };
+  one(into.all_reduce, x.all_reduce);
+  one(into.reduce_scatter, x.reduce_scatter);
+  one(into.all_gather, x.all_gather);
+  one(into.broadcast, x.broadcast);
+}
+void add(GroupedOps& into, const GroupedOps& x, std::int64_t times = 1) {
+  add(into.shard, x.shard, times);
+  add(into.replicate, x.replicate, times);
+  add(into.secondary, x.secondary, times);
+  add(into.world, x.world, times);
+}
+// What the engine issued between two snapshots.
+GroupedOps issued(const Engine::GroupAccounting& after, const Engine::GroupAccounting& before) {
+  GroupedOps d = grouped_ops(after);
+  add(d, grouped_ops(before), -1);
+  return d;
 }
 
 // The Config a PlanInput describes (what the engine and resolve_settings read).
@@ -441,10 +470,14 @@ EngineRun run_engine(const PlanInput& in, Config c, int world_ranks) {
   e.ledger().record_external(Category::activations, in.activation_bytes, o.memory);
   const Layout& L = e.layout();
   const auto nu = static_cast<int>(L.units.size());
-  Engine::GroupAccounting first_micro_batch;
+  // The second step records what each engine call issued (the first grows the staging).
+  bool record = false;
+  Plan::Phases last_micro_batch;  // of the recorded step
+  auto snapshot = [&] { return record ? e.comm_accounting_by_group() : Engine::GroupAccounting{}; };
   auto one_step = [&] {
     for (std::int64_t mb = 0; mb < c.gradient_accumulation_steps; ++mb) {
-      if (mb == 1) first_micro_batch = e.comm_accounting_by_group();
+      Plan::Phases ops;
+      const Engine::GroupAccounting start = snapshot();
       for (int u = 0; u < nu; ++u) {
         e.gather(u);
         e.release(u);
@@ -453,33 +486,41 @@ EngineRun run_engine(const PlanInput& in, Config c, int world_ranks) {
         e.gather(0);
         e.release(0);
       }
+      const Engine::GroupAccounting forward_done = snapshot();
       for (int u = nu - 1; u >= 0; --u) {
+        const Engine::GroupAccounting before = snapshot();
         e.gather(u);
+        if (record) add(ops.backward_gathers, issued(snapshot(), before));
         e.grad(L.units[u].first_param);
         e.release(u);
         e.reduce_grads(u);
       }
+      if (!record) continue;
+      ops.forward = issued(forward_done, start);
+      ops.reductions = issued(snapshot(), forward_done);
+      add(ops.reductions, ops.backward_gathers, -1);
+      last_micro_batch = ops;
+      add(run.phases.forward, ops.forward);
+      add(run.phases.backward_gathers, ops.backward_gathers);
+      add(run.phases.reductions, ops.reductions);
     }
+    const Engine::GroupAccounting before_step = snapshot();
     e.step();
+    if (record) run.phases.step = issued(snapshot(), before_step);
   };
   one_step();
   const std::int64_t first_peak = e.memory().peak_total;
   e.ledger().reset_peaks();
-  e.reset_comm_accounting();
+  record = true;
   one_step();
-  // Traffic: every micro-batch moves the same bytes, so a step of K micro-batches moves the
-  // run's step (K' = min(K, 2) of them) plus K - K' more of the first one.
+  // Every micro-batch after the first issues what the second did (the first follows a step, and
+  // its stage-3 gathers may travel in other groups), so a step of K micro-batches issues the
+  // run's (K' = min(K, 2) of them) plus K - K' more of the second.
   {
-    const Engine::GroupAccounting whole = e.comm_accounting_by_group();
-    const bool one = c.gradient_accumulation_steps == 1;
     const std::int64_t more = in.gradient_accumulation_steps - c.gradient_accumulation_steps;
-    auto per_step = [&](const comm::Accounting& all, const comm::Accounting& first) {
-      return payload(all) + (one ? 0 : more * payload(first));
-    };
-    run.traffic = {per_step(whole.shard, first_micro_batch.shard),
-                   per_step(whole.replicate, first_micro_batch.replicate),
-                   per_step(whole.secondary, first_micro_batch.secondary),
-                   per_step(whole.world, first_micro_batch.world)};
+    add(run.phases.forward, last_micro_batch.forward, more);
+    add(run.phases.backward_gathers, last_micro_batch.backward_gathers, more);
+    add(run.phases.reductions, last_micro_batch.reductions, more);
   }
   const std::int64_t second_peak = e.memory().peak_total;
   run.peak = std::max(first_peak, second_peak);
@@ -518,6 +559,7 @@ Plan plan_memory(const PlanInput& in) {
   plan.stage = in.stage;
   plan.ranks = in.ranks;
   plan.shard_size = S;
+  plan.secondary_size = set.secondary_size;
   plan.numel = L.numel;
   plan.padded_numel = P;
 
@@ -632,7 +674,13 @@ Plan plan_memory(const PlanInput& in) {
   const std::int64_t act = in.activation_bytes;
   plan.peak_total = ck.add(states + persistent_buffers, run.peak - run.base, "the peak");
   plan.step_transient_peak = run.step_transient;
-  plan.traffic = run.traffic;
+  plan.phases = run.phases;
+  for (const GroupedOps* phase : {&run.phases.forward, &run.phases.backward_gathers,
+                                  &run.phases.reductions, &run.phases.step})
+    add(plan.collectives, *phase);
+  const GroupedOps& all = plan.collectives;
+  plan.traffic = {all.shard.payload_bytes(), all.replicate.payload_bytes(),
+                  all.secondary.payload_bytes(), all.world.payload_bytes()};
   if (in.device)
     buffer("NCCL staging: fp32 copy of the largest reduce-scatter's input",
            "4 B x the largest unit's (or bucket's) padded size", run.staging);
@@ -653,6 +701,14 @@ Plan plan_memory(const PlanInput& in) {
     term("activations", in.model_name.empty() ? "activations" : in.model_name + " activations",
          cat(with_commas(act), " B, from the model"), act);
   return plan;
+}
+
+std::int64_t GroupOps::calls() const {
+  return all_reduce.calls + reduce_scatter.calls + all_gather.calls + broadcast.calls;
+}
+std::int64_t GroupOps::payload_bytes() const {
+  return all_reduce.payload_bytes + reduce_scatter.payload_bytes + all_gather.payload_bytes +
+         broadcast.payload_bytes;
 }
 
 // --- inverse questions ---------------------------------------------------------------------

@@ -124,10 +124,30 @@ struct PlanBytes {
   std::int64_t total() const { return model_states() + buffers + activations; }
 };
 
+// Calls and payload bytes of one collective op over one optimizer step, as comm::Accounting
+// counts them: payload is an all-reduce's buffer, a reduce-scatter's input, an all-gather's output.
+struct OpCount {
+  std::int64_t calls = 0;
+  std::int64_t payload_bytes = 0;
+};
+// The ops the engine issues in one process group (it issues no barrier in a step).
+struct GroupOps {
+  OpCount all_reduce, reduce_scatter, all_gather, broadcast;
+  std::int64_t calls() const;
+  std::int64_t payload_bytes() const;
+};
+// One GroupOps per process group: inside the shard group, across the shard groups (hierarchical
+// sharding's replicate group), inside the hpZ group, over all ranks. Flat ZeRO's world is its
+// shard group: the engine counts the world's small agreements there (Engine::GroupAccounting).
+struct GroupedOps {
+  GroupOps shard, replicate, secondary, world;
+};
+
 struct Plan {
   int stage = 0;
   int ranks = 1;
   int shard_size = 1;               // the shard group actually used
+  int secondary_size = 1;           // the hpZ group actually used (1: none)
   std::int64_t numel = 0;           // Ψ
   std::int64_t padded_numel = 0;    // Ψ with the layout's padding
   PlanBytes device;                 // on the GPU (or the ranks' memory when !input.device)
@@ -144,6 +164,17 @@ struct Plan {
   struct Traffic {
     std::int64_t shard = 0, replicate = 0, secondary = 0, world = 0;
   } traffic;
+  // The same step itemised: calls and payload per group and op (traffic is their payload sum).
+  GroupedOps collectives;
+  // And split by the engine call that issued them, which is what decides what overlap can hide
+  // (zero/time_model.hpp): the forward pass's gathers (stage 3; with a tied head, its extra
+  // gather), the backward pass's gathers, the gradient reductions (grad, release and
+  // reduce_grads: the reduce-scatter, the replicas' all-reduce, stage 0's all-gather), and step()
+  // (the new params' all-gather, the norm, the agreements; with overlap_comm, the replicas'
+  // all-reduce of the last bucket, finished there). The four add up to `collectives`.
+  struct Phases {
+    GroupedOps forward, backward_gathers, reductions, step;
+  } phases;
   std::vector<std::string> notes;   // settings the input asked for that the run overrides, one
                                     // sentence each (zero::resolve_settings), for the caller to say
 };

@@ -16,5 +16,7 @@
 #include "zero/layout.hpp"
 #include "zero/ledger.hpp"
 #include "zero/planner.hpp"
+#include "zero/safetensors.hpp"
 #include "zero/schedule.hpp"
+#include "zero/time_model.hpp"
 #include "zero/error.hpp"

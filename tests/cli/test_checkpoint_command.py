@@ -58,7 +58,7 @@ def resumes_bitwise(tmp, name, base, total=20, half=10, save=()):
           straight.stdout[-600:] + second.stdout[-600:])
     check(f"{name}: the resumed job says where it resumed from",
           f"resumed from {ck}/step_{half:08d}: step {half}" in second.stdout, second.stdout[:800])
-    return ck
+    return ck, checksum(second.stdout)
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -78,7 +78,22 @@ with tempfile.TemporaryDirectory() as tmp:
     check("zero data makes the token files", r.returncode == 0, r.stdout + r.stderr)
     gpt = ["train", "--model", "gpt", "--preset", "gpt-micro", "--device", "cpu", "-n", "2",
            "--global-batch", "8", "--data", os.path.join(tmp, "t_train.bin")]
-    resumes_bitwise(tmp, "gpt-stage3-bf16", gpt + ["--stage", "3"], total=8, half=4)
+    gpt_ck, gpt_sum = resumes_bitwise(tmp, "gpt-stage3-bf16", gpt + ["--stage", "3"], total=8, half=4)
+
+    # --init from an export: the weights are the checkpoint's (lr 0 keeps them through a step),
+    # under Hugging Face's names; a file of another shape is refused before anything trains.
+    st = os.path.join(tmp, "gpt.safetensors")
+    r = zero("ckpt", "export", gpt_ck, "--out", st)
+    check("zero ckpt export writes the GPT's safetensors", r.returncode == 0, r.stdout + r.stderr)
+    r = zero(*gpt, "--stage", "1", "--steps", "1", "--lr", "0", "--init", st)
+    check("--init starts from the exported weights, bitwise (checksum after a step at lr 0)",
+          r.returncode == 0 and "initial weights from" in r.stdout and checksum(r.stdout) == gpt_sum,
+          r.stdout[-600:] + r.stderr)
+    nano = [a if a != "gpt-micro" else "gpt-nano" for a in gpt]
+    check(*one_error("--init of a file of another model shape names the tensor",
+                     zero(*nano, "--steps", "1", "--init", st), st, "tensor 'wte.weight'"))
+    check(*one_error("--init and --resume together are refused",
+                     zero(*gpt, "--steps", "9", "--init", st, "--resume", gpt_ck), "--init and --resume"))
 
     # Another rank count and stage: the checkpoint of 2 ranks at stage 3 trains on at 3 ranks,
     # stage 1, and at 4 ranks, stage 0, both from the same weights.

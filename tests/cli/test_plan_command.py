@@ -182,6 +182,117 @@ bad = [
     (["--layers", "12", "--hidden", "768"], "--heads"),
     ([], "--params"),
 ]
+
+# The time model (docs/time.md) and the classic case study (docs/compare.md): a 13B model on 8
+# A100s over PCIe, then 64 GPUs on InfiniBand.
+GB = 1e9
+case = ["--params", "13B", "--tokens-per-step", "1M"]
+ps = plans(*case, "-n", "8", "--cluster", "a100-pcie", "--precision", "fp32", "--stage", "0")
+if ps is not None:
+    t = ps[0]["time"]
+    rs, ag = t["ops"]["reduce_scatter"], t["ops"]["all_gather"]
+    check("fp32 gradients of 13B parameters are a 52 GB all-reduce (reduce-scatter + all-gather)",
+          close(rs["payload_bytes"], 52 * GB, 0.001) and close(ag["payload_bytes"], 52 * GB, 0.001),
+          (rs["payload_bytes"], ag["payload_bytes"]))
+    check("it takes 2 x 7/8 x 52 GB / 25 GB/s = 3.64 s on 8 PCIe A100s",
+          close(rs["seconds"] + ag["seconds"], 2 * 7 / 8 * 52 / 25, 0.01), rs["seconds"] + ag["seconds"])
+    check("pure fp32 Adam holds 16 bytes per parameter: 208 GB does not fit 80 GiB",
+          close(ps[0]["model_states_bytes"], 16 * 13e9, 0.001) and t["fits"] is False)
+    check("the time JSON has what the table shows",
+          {"comm_seconds", "comm_exposed_seconds", "compute_seconds", "optimizer_seconds", "step_seconds",
+           "tokens_per_second", "mfu", "memory_bytes", "fits", "fastest_that_fits"} <= t.keys(), sorted(t))
+    check("step = compute + exposed comm + optimizer",
+          close(t["step_seconds"], t["compute_seconds"] + t["comm_exposed_seconds"] + t["optimizer_seconds"], 1e-9))
+    check("the compute is 6 x 13e9 x 1M FLOP over 8 GPUs at half of 312 TFLOP/s",
+          close(t["compute_seconds"], 6 * 13e9 * 1e6 / 8 / (0.5 * 312e12), 1e-9), t["compute_seconds"])
+mixed = plans(*case, "-n", "8", "--cluster", "a100-pcie", "--precision", "bf16", "--reduce-dtype", "bf16")
+if mixed is not None:
+    check("mixed-precision Adam is 16 bytes per parameter too (2 + 2 + 12), not half of fp32's",
+          close(mixed[0]["model_states_bytes"], 16 * 13e9, 0.001))
+    check("bf16 gradients halve the all-reduce: 26 GB each way",
+          close(mixed[0]["time"]["ops"]["reduce_scatter"]["payload_bytes"], 26 * GB, 0.001)
+          and close(mixed[0]["time"]["ops"]["all_gather"]["payload_bytes"], 26 * GB, 0.002))
+    check("on 8 x 80 GiB: stage 0 does not fit, stages 1-3 do",
+          [p["time"]["fits"] for p in mixed] == [False, True, True, True], [p["time"]["fits"] for p in mixed])
+    check("fits = the planner's peak within the profile's 80 GiB",
+          all(p["time"]["memory_budget_bytes"] == 80 * 2**30 and p["time"]["memory_bytes"] == p["peak_bytes"]
+              and p["time"]["fits"] == (p["peak_bytes"] <= 80 * 2**30) for p in mixed))
+    small = plans(*case, "-n", "8", "--cluster", "a100-pcie", "--reduce-dtype", "bf16", "--budget", "40GiB")
+    check("--budget replaces the profile's memory", small and
+          [p["time"]["fits"] for p in small] == [p["peak_bytes"] <= 40 * 2**30 for p in small] == [False, False, False, True],
+          small and [(p["peak_bytes"] / 2**30, p["time"]["fits"]) for p in small])
+    moved = [sum(op["payload_bytes"] for op in p["collectives_per_step"]["shard_group"].values()) for p in mixed]
+    check("stage 3 moves 1.5x the bytes of stage 2, stage 2 those of stage 0",
+          close(moved[3] / moved[2], 1.5, 0.001) and close(moved[2], moved[0], 0.001), moved)
+    winners = [p["stage"] for p in mixed if p["time"]["fastest_that_fits"]]
+    fitting = [p for p in mixed if p["time"]["fits"]]
+    check("exactly one stage wins: the fastest that fits",
+          len(winners) == 1 and min(fitting, key=lambda p: p["time"]["step_seconds"])["stage"] == winners[0], winners)
+ib = plans(*case, "-n", "64", "--cluster", "a100-sxm", "--precision", "fp32", "--stage", "0")
+pcie64 = plans(*case, "-n", "64", "--cluster", "a100-pcie", "--precision", "fp32", "--stage", "0")
+if ib and pcie64:
+    def grad_seconds(p):
+        return p[0]["time"]["ops"]["reduce_scatter"]["seconds"] + p[0]["time"]["ops"]["all_gather"]["seconds"]
+    # 66 calls of 63 ring steps, 7 across nodes: 8.4 + 56 x 3.4 + 7 x 9.6 = 266 us each.
+    check("64 GPUs over 8 x 200 Gb/s per node: 2 x 63/64 x 52 GB / 160 GB/s = 0.64 s + latency",
+          close(grad_seconds(ib), 2 * 63 / 64 * 52 / 160 + 66 * 266e-6, 0.001), grad_seconds(ib))
+    check("64 GPUs over one 200 Gb/s port per node: 2 x 63/64 x 52 GB / 20 GB/s = 5.1 s",
+          close(grad_seconds(pcie64), 2 * 63 / 64 * 52 / 20, 0.01), grad_seconds(pcie64))
+r = run(*case, "-n", "64", "--cluster", "a100-sxm")
+check("the table shows comm, compute, step, tokens/s, MFU, memory, fits and the winner",
+      r.returncode == 0 and all(w in r.stdout for w in ("comm, exposed", "compute", "tokens/s", "MFU",
+                                                         "memory per GPU", "fits 80.00 GiB", "fastest that fits: stage")),
+      r.stdout[-2500:] + r.stderr)
+g = plans("--preset", "gpt3-1.3b", "-n", "8", "--micro-batch", "2", "--accum", "2", "--cluster", "h100-sxm")
+check("a GPT's tokens per step are ranks x micro-batch x accumulation x sequence",
+      g is not None and g[0]["time"]["tokens_per_step"] == 8 * 2 * 2 * 2048, g and g[0]["time"]["tokens_per_step"])
+ovl = plans(*case, "-n", "8", "--cluster", "h200", "--stage", "2", "--overlap")
+plain = plans(*case, "-n", "8", "--cluster", "h200", "--stage", "2")
+check("--overlap hides gradient reduction: less exposed comm, the same comm",
+      ovl and plain and ovl[0]["time"]["comm_exposed_seconds"] < plain[0]["time"]["comm_exposed_seconds"]
+      and close(ovl[0]["time"]["comm_seconds"], plain[0]["time"]["comm_seconds"], 1e-9))
+r = run("--list-clusters")
+check("--list-clusters lists the four profiles with their sources",
+      r.returncode == 0 and all(n in r.stdout for n in ("a100-pcie", "a100-sxm", "h100-sxm", "h200"))
+      and r.stdout.count("sources:") == 4, r.stdout + r.stderr)
+
+# A profile file: a calibrated one overrides a base; a bad one is refused naming the key.
+good = os.path.join(tmp, "calibrated.json")
+open(good, "w").write('{"base": "h200", "intra_bandwidth_GBs": 100, "compute_efficiency": 0.4}')
+cal = plans(*case, "-n", "8", "--cluster-file", good, "--stage", "2")
+base = plans(*case, "-n", "8", "--cluster", "h200", "--stage", "2")
+check("a calibrated profile's bandwidth and efficiency change the time",
+      cal and base and cal[0]["time"]["comm_seconds"] > 3 * base[0]["time"]["comm_seconds"]
+      and cal[0]["time"]["compute_seconds"] > base[0]["time"]["compute_seconds"])
+bad_files = [
+    ('{"base": "h200", "intra_bandwidth_GBs": -3}', "intra_bandwidth_GBs"),
+    ('{"base": "h200", "peak_tflop": 900}', "peak_tflops"),
+    ('{"base": "h200", "hbm_efficiency": 2}', "hbm_efficiency"),
+    ('{"base": "h200", "gpus_per_node": "eight"}', "gpus_per_node"),
+    ('{"base": "b200"}', "base"),
+    ('{"peak_tflops": 989}', "memory_GiB"),
+    ('{"base": "h200",', "not valid JSON"),
+]
+for text, word in bad_files:
+    f = os.path.join(tmp, "bad.json")
+    open(f, "w").write(text)
+    r = run(*case, "--cluster-file", f)
+    msg = r.stderr.strip()
+    check(f"a cluster file {text} is refused naming {word}",
+          r.returncode == 1 and word in msg and "bad.json" in msg and len(msg.splitlines()) == 1, (r.returncode, msg))
+bad += [
+    (["--params", "1e9", "--cluster", "tpu"], "--cluster"),
+    (["--params", "1e9", "--cluster", "h200"], "--tokens-per-step"),
+    (["--preset", "gpt2-small", "--cluster", "h200", "--tokens-per-step", "1M"], "--tokens-per-step"),
+    (["--params", "1e9", "--tokens-per-step", "1M"], "--cluster"),
+    (["--params", "1e9", "--cluster", "h200", "--tokens-per-step", "1M", "--algorithm", "star"], "--algorithm"),
+    (["--params", "1e9", "--cluster", "h200", "--tokens-per-step", "1M", "--offload", "cpu"], "offload"),
+    (["--params", "1e9", "--cluster", "h200", "--cluster-file", "x.json"], "--cluster-file"),
+    (["--params", "1e9", "--cluster-file", "/nonexistent.json", "--tokens-per-step", "1M"], "/nonexistent.json"),
+    (["--params", "1e9", "-n", "16", "--ranks-per-node", "4", "--cluster", "h200", "--tokens-per-step", "1M"],
+     "--ranks-per-node"),
+]
+
 for args, word in bad:
     r = run(*args)
     msg = r.stderr.strip()

@@ -1,7 +1,8 @@
 // The planner against the engine it predicts: for the reference MLP at every stage, at 1 to 4
 // ranks (this file runs under mpirun at each), with the settings that change what the engine
 // allocates, the planner's bytes equal the ledger's. Model states are compared exactly (the
-// issue's bar); the peak too, because the planner replays the engine's allocations.
+// issue's bar); the peak too, because the planner replays the engine's allocations. And the
+// collectives of a step, by group and op, call for call (what the time model costs).
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -93,6 +94,24 @@ void compare(comm::Communicator& parent, const Case& c) {
   CHECK(p.traffic.replicate == bytes(traffic.replicate));
   CHECK(p.traffic.secondary == bytes(traffic.secondary));
   CHECK(p.traffic.world == bytes(traffic.world));
+  // Itemised: the calls and payload of every op in every group, which the time model costs.
+  auto same_ops = [](const char* group, const GroupOps& planned, const comm::Accounting& a) {
+    const std::pair<comm::Op, const OpCount*> ops[] = {
+        {comm::Op::all_reduce, &planned.all_reduce},
+        {comm::Op::reduce_scatter, &planned.reduce_scatter},
+        {comm::Op::all_gather, &planned.all_gather},
+        {comm::Op::broadcast, &planned.broadcast}};
+    for (const auto& [op, count] : ops) {
+      INFO(group << " group, " << comm::name_of(op));
+      CHECK(count->calls == static_cast<std::int64_t>(a[op].calls));
+      CHECK(count->payload_bytes == static_cast<std::int64_t>(a[op].payload_bytes));
+    }
+    CHECK(a[comm::Op::barrier].calls == 0);  // the engine issues none; GroupOps has no row
+  };
+  same_ops("shard", p.collectives.shard, traffic.shard);
+  same_ops("replicate", p.collectives.replicate, traffic.replicate);
+  same_ops("secondary", p.collectives.secondary, traffic.secondary);
+  same_ops("world", p.collectives.world, traffic.world);
 }
 
 }  // namespace

@@ -1,0 +1,172 @@
+// Time model: how long one optimizer step takes on a cluster, from the collectives the planner
+// counted (zero/planner.hpp: calls and payload by process group, op and engine call), the
+// model's FLOPs and a cluster profile. Collectives cost alpha-beta times with nccl-tests' bus
+// bandwidth; what the engine overlaps hides behind compute by the rule at estimate_step; the
+// AdamW step is bound by HBM bandwidth. Pure arithmetic: no device, no communicator.
+// docs/time.md has every formula, the overlap rule and each built-in figure with its source.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "zero/planner.hpp"
+
+namespace zero {
+
+// One node type of a cluster: what a GPU computes, holds and moves. Plain SI units (FLOP/s,
+// bytes, B/s, seconds); a profile file gives them in the units named by its keys
+// (read_cluster_profile). Every figure a measurement can replace is a field of its own, so a
+// calibrated profile is the same struct with measured values.
+struct ClusterProfile {
+  std::string name;               // "h100-sxm", or a profile file's "name"
+  std::string description;        // one line: the GPU, the node, the links
+  double peak_flops = 0;          // dense bf16 tensor FLOP/s per GPU (datasheet, without sparsity)
+  double compute_efficiency = 0;  // achieved fraction of peak_flops in forward and backward
+  std::int64_t memory_bytes = 0;  // HBM per GPU
+  double hbm_bandwidth = 0;       // B/s per GPU
+  double hbm_efficiency = 0;      // achieved fraction of hbm_bandwidth in the optimizer step
+  int gpus_per_node = 0;
+  // Bus bandwidth (nccl-tests' busbw) of a ring inside one node, per GPU, one direction: what a
+  // large all-reduce reaches there. A profile's value is achievable, not the line rate.
+  double intra_bandwidth = 0;
+  // One node's network, all its NICs together, one direction (B/s, achievable).
+  double inter_bandwidth = 0;
+  double intra_latency = 0;  // seconds per ring step between two GPUs of a node
+  double inter_latency = 0;  // seconds per ring step that crosses to another node
+  double call_latency = 0;   // seconds per collective, whatever its size (launch, setup)
+  std::string sources;       // where the figures come from
+};
+
+// The built-in profiles: a100-pcie, a100-sxm, h100-sxm, h200 (docs/time.md: every figure and
+// its source). Empty for an unknown name.
+std::vector<std::string> cluster_names();
+std::optional<ClusterProfile> builtin_cluster(std::string_view name);
+// A profile from JSON text: every field by its key in the units the key names (peak_tflops,
+// compute_efficiency, memory_GiB, hbm_bandwidth_GBs, hbm_efficiency, gpus_per_node,
+// intra_bandwidth_GBs, inter_bandwidth_GBs, intra_latency_us, inter_latency_us,
+// call_latency_us, and name, description, sources), or "base": a built-in profile whose fields
+// the others override (a calibrated profile gives only what it measured). A missing, misspelt,
+// mistyped or out-of-range key is a zero::Error of one sentence naming `origin` and the key.
+ClusterProfile read_cluster_profile(std::string_view json_text, const std::string& origin);
+ClusterProfile load_cluster_profile(const std::string& path);
+// Throws zero::Error naming the first field out of range (a profile built in code).
+void validate(const ClusterProfile& profile);
+
+// Where one process group's ranks sit: `size` ranks on `nodes` nodes, at least `per_node` of them
+// on each node it uses, and at most `sharing` groups of its kind (itself included) with ranks on
+// one of its nodes, which run the same collective at the same time and share that node's
+// network. Ranks are placed node by node (rank r on node r / gpus_per_node), as mpirun and srun
+// place them by default.
+struct GroupPlacement {
+  int size = 1;
+  int nodes = 1;
+  int per_node = 1;
+  int sharing = 1;
+};
+// The engine's groups (Engine::GroupAccounting) for `ranks` ranks with shard groups of
+// `shard_size` consecutive ranks (the world when shard_size = ranks) and hpZ groups of
+// `secondary_size` (1: none). Of the groups of one kind, the placement of the slowest.
+struct Placements {
+  GroupPlacement shard, replicate, secondary, world;
+};
+Placements place_groups(int ranks, int shard_size, int secondary_size, int gpus_per_node);
+
+enum class Algorithm : std::uint8_t {
+  ring,  // every op
+  tree,  // all-reduce only (NCCL's double binary tree); the other ops stay rings
+  best,  // the faster of the two for each all-reduce, as NCCL's tuner picks
+};
+std::string_view name_of(Algorithm a);
+
+// The bus bandwidth a group's collectives run at (B/s). Inside one node: intra_bandwidth. Across
+// nodes, the rule: a ring enters and leaves each node once per channel and NCCL runs a channel
+// per NIC, so one group alone gets its nodes' whole inter_bandwidth, and the `sharing` groups of
+// its kind on a node split it (the replicate groups of hierarchical sharding: with shard groups
+// of one node, gpus_per_node of them, each 1/gpus_per_node of the network). The bus bandwidth is
+// then min(intra_bandwidth, inter_bandwidth / sharing); a group of one rank per node has no
+// intra-node hop and gets its share alone.
+double bus_bandwidth(const ClusterProfile& cluster, const GroupPlacement& group);
+
+// Seconds for `count.calls` collectives of op `op` moving `count.payload_bytes` in all, in one
+// group (nccl-tests' definitions, S the payload of one call, n = group.size, B = bus_bandwidth):
+//   ring all-reduce      2(n-1)/n * S/B   (busbw = algbw * 2(n-1)/n)
+//   reduce-scatter,
+//   all-gather           (n-1)/n * S/B    (busbw = algbw * (n-1)/n; S the whole buffer)
+//   broadcast            S/B              (busbw = algbw)
+//   tree all-reduce      2 * S/B          (reduce up, broadcast down; NCCL's tree algbw = busbw/2)
+// plus, per call, call_latency and the steps' latency: a ring of n ranks on m nodes takes
+// 2(n-1) steps for an all-reduce, (n-1) for the others, of which 2(m-1) or (m-1) cross nodes at
+// inter_latency and the rest are intra_latency (NCCL's tuning model); a tree
+// 2((k-1) intra + ceil(log2 m) inter) with k ranks per node. A group of one rank costs nothing.
+// Both terms are linear in the calls and the bytes, so many calls cost as one call of their
+// average size repeated; `best` picks the faster algorithm for that average call.
+double collective_seconds(comm::Op op, const OpCount& count, const GroupPlacement& group,
+                          const ClusterProfile& cluster, Algorithm algorithm = Algorithm::ring);
+
+// What estimate_step needs besides the plan.
+struct TimeInput {
+  ClusterProfile cluster;
+  double flops_per_step = 0;   // model FLOPs of one optimizer step over all ranks (6 Ψ T)
+  double tokens_per_step = 0;  // tokens of one optimizer step over all ranks (for tokens/s)
+  // Backward's share of the compute: 4 of the 6 Ψ T (forward 2), 6 of 8 with recomputation.
+  double backward_share = 2.0 / 3.0;
+  Algorithm algorithm = Algorithm::best;
+  std::int64_t memory_budget = 0;  // bytes the plan's peak must fit per GPU; 0: the profile's
+};
+
+// One op over every group of one step.
+struct OpTime {
+  std::int64_t calls = 0;
+  std::int64_t payload_bytes = 0;
+  double seconds = 0;
+};
+
+struct StepTime {
+  int stage = 0;
+  OpTime all_reduce, reduce_scatter, all_gather, broadcast;
+  double comm = 0;  // every collective of the step, as if none overlapped
+  double exposed_forward = 0, exposed_backward = 0, exposed_step = 0;
+  double comm_exposed = 0;  // what the step waits for: the three above
+  double compute = 0;       // forward and backward on one GPU
+  double optimizer = 0;     // the optimizer step over this GPU's shard
+  double optimizer_bytes_per_param = 0;
+  double step = 0;  // compute + comm_exposed + optimizer
+  double tokens_per_second = 0;
+  double mfu = 0;                  // flops_per_step / (step * ranks * peak_flops)
+  std::int64_t memory_bytes = 0;   // the plan's predicted peak per GPU
+  std::int64_t memory_budget = 0;  // what it was held against
+  bool fits = false;
+};
+
+// Bytes the optimizer step moves through HBM per parameter this rank owns: AdamW reads and writes
+// the fp32 master, m and v (24), reads the reduced gradient twice (the norm's pass and the
+// update's: 2r) and writes the new working param (w): 34 for bf16 with an fp32 reduction, 30
+// with bf16 gradients. SGD with momentum keeps one state: 16 + 2r + w.
+double optimizer_bytes_per_param(const PlanInput& input);
+
+// The time of one optimizer step for `plan` (made from `input`, stage and all). Compute is
+// flops_per_step / ranks / (peak_flops * compute_efficiency), split forward / backward by
+// backward_share. Each phase's collectives (Plan::phases) run one after another on the engine's
+// communication stream, and overlap as the engine overlaps them:
+//   - forward: with a prefetch window (stage3_prefetch_bucket_size > 0) every gather but the
+//     first of each micro-batch is issued while the unit before it computes, and hides behind
+//     forward compute, up to its length; without one, every gather is waited for;
+//   - backward: the gathers likewise (prefetched in backward order); with overlap_comm every
+//     gradient reduction but the step's last also hides behind backward compute (they share the
+//     stream with the gathers: the sum of what may hide is held against backward's length);
+//     without overlap_comm each reduction is waited for inside reduce_grads;
+//   - step: the new params' all-gather (stages 1-2), the norm and the agreements are waited for.
+// Exposed = what may not hide + max(0, what may hide - the compute it hides behind). The step
+// then is compute + exposed + optimizer (optimizer_bytes_per_param x owned params / (HBM x
+// hbm_efficiency)). Throws zero::Error for optimizer offload (the step runs on the CPU, which no
+// profile describes) and for a bad TimeInput.
+StepTime estimate_step(const Plan& plan, const PlanInput& input, const TimeInput& time);
+
+// The index of the fastest step among those that fit, or nullopt when none fits.
+std::optional<std::size_t> fastest_fitting(const std::vector<StepTime>& steps);
+
+}  // namespace zero
