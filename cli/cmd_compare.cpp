@@ -2,9 +2,9 @@
 // from the same starting state (the same initial weights, or the same checkpoint), a few warm-up
 // steps then measured ones; one table of time, throughput, memory and traffic per stage, whether
 // the stages' weights agree bitwise, --json, and a chart (docs/compare.md).
+#include <algorithm>
 #include <boost/json.hpp>
 #include <boost/program_options.hpp>
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,7 +31,8 @@ std::vector<int> parse_stages(const std::string& text) {
   std::string item;
   while (std::getline(in, item, ',')) {
     if (item.size() != 1 || item[0] < '0' || item[0] > '3')
-      throw Error(cat("--stages: expected a list of stages 0..3 such as 0,1,2,3, got '", text, "'"));
+      throw Error(
+          cat("--stages: expected a list of stages 0..3 such as 0,1,2,3, got '", text, "'"));
     const int s = item[0] - '0';
     if (std::find(out.begin(), out.end(), s) != out.end())
       throw Error(cat("--stages: stage ", s, " is listed twice"));
@@ -110,8 +111,8 @@ StageResult run_stage(const Run& run, const Flags& f, int stage, std::int64_t wa
   const comm::Accounting all = engine.comm_accounting();
   for (std::size_t op = 0; op < comm::kOpCount; ++op) {
     r.per_step[op].calls = (all.ops[op].calls - at_measure.ops[op].calls) / measured;
-    r.per_step[op].payload_bytes =
-        (all.ops[op].payload_bytes - at_measure.ops[op].payload_bytes) / static_cast<std::uint64_t>(measured);
+    r.per_step[op].payload_bytes = (all.ops[op].payload_bytes - at_measure.ops[op].payload_bytes) /
+                                   static_cast<std::uint64_t>(measured);
     r.per_step[op].seconds = (all.ops[op].seconds - at_measure.ops[op].seconds) / m;
   }
   r.memory = engine.memory();
@@ -129,7 +130,9 @@ std::string hex16(std::uint64_t v) {
   return b;
 }
 
-double mib(std::int64_t b) { return static_cast<double>(b) / 1048576.0; }
+double mib(std::int64_t b) {
+  return static_cast<double>(b) / 1048576.0;
+}
 
 void print_table(const std::vector<StageResult>& rs, const std::string& title, const Peak& peak,
                  bool tokens) {
@@ -139,12 +142,14 @@ void print_table(const std::vector<StageResult>& rs, const std::string& title, c
               "optim", "comm ms", "MB/step", "peak MiB", "planned MiB");
   for (const StageResult& r : rs) {
     double comm_ms = 0, mb = 0;
-    for (const auto& o : r.per_step) comm_ms += 1e3 * o.seconds, mb += static_cast<double>(o.payload_bytes) / 1e6;
-    std::printf("%-6d %10.2f %8.2f..%-8.2f %12.0f %5.1f%% %9.2f %9.2f %9.2f %9.2f %9.2f %12.2f %12.2f\n",
-                r.stage, 1e3 * r.median, 1e3 * r.fastest, 1e3 * r.slowest,
-                tokens ? r.tokens_per_second : r.samples_per_second, 100 * r.mfu,
-                1e3 * r.split.compute, 1e3 * r.split.wait, 1e3 * r.split.optimizer, comm_ms, mb,
-                mib(r.peak_most), mib(r.plan.peak_total));
+    for (const auto& o : r.per_step)
+      comm_ms += 1e3 * o.seconds, mb += static_cast<double>(o.payload_bytes) / 1e6;
+    std::printf(
+        "%-6d %10.2f %8.2f..%-8.2f %12.0f %5.1f%% %9.2f %9.2f %9.2f %9.2f %9.2f %12.2f %12.2f\n",
+        r.stage, 1e3 * r.median, 1e3 * r.fastest, 1e3 * r.slowest,
+        tokens ? r.tokens_per_second : r.samples_per_second, 100 * r.mfu, 1e3 * r.split.compute,
+        1e3 * r.split.wait, 1e3 * r.split.optimizer, comm_ms, mb, mib(r.peak_most),
+        mib(r.plan.peak_total));
   }
   std::printf("\nmemory per rank by category, measured (rank 0, MiB; planned in brackets)\n");
   std::printf("%-6s %16s %16s %16s %16s %16s %16s\n", "stage", "params", "grads", "master",
@@ -162,7 +167,9 @@ void print_table(const std::vector<StageResult>& rs, const std::string& title, c
                 cell(m.optimizer, p.optimizer).c_str(), cell(m.buffers, p.buffers).c_str(),
                 cell(m.activations, p.activations).c_str());
   }
-  std::printf("\ntraffic per step per rank (payload MB: reduce-scatter / all-gather / all-reduce; calls)\n");
+  std::printf(
+      "\ntraffic per step per rank (payload MB: reduce-scatter / all-gather / all-reduce; "
+      "calls)\n");
   for (const StageResult& r : rs) {
     auto op = [&](comm::Op o) { return r.per_step[static_cast<std::size_t>(o)]; };
     std::printf("  stage %d  %9.3f / %9.3f / %9.3f   %lld / %lld / %lld\n", r.stage,
@@ -182,8 +189,9 @@ void print_table(const std::vector<StageResult>& rs, const std::string& title, c
               same ? "bitwise the same at every stage" : "DIFFERENT across stages", same ? "" : "s",
               sums.c_str());
   if (peak.flops > 0) std::printf("MFU against %s\n", peak.source.c_str());
-  std::printf("exposed: the time the step waited on communication (the rest of the comm ms ran "
-              "behind compute); comm ms: the collectives' own time, summed\n");
+  std::printf(
+      "exposed: the time the step waited on communication (the rest of the comm ms ran "
+      "behind compute); comm ms: the collectives' own time, summed\n");
 }
 
 boost::json::object to_json(const StageResult& r) {
@@ -203,17 +211,31 @@ boost::json::object to_json(const StageResult& r) {
           {"tokens_per_second", r.tokens_per_second},
           {"samples_per_second", r.samples_per_second},
           {"mfu", r.mfu},
-          {"split", {{"total", r.split.total}, {"compute", r.split.compute},
-                     {"exposed_comm", r.split.wait}, {"optimizer", r.split.optimizer},
-                     {"data", r.split.data}, {"other", r.split.other}}},
+          {"split",
+           {{"total", r.split.total},
+            {"compute", r.split.compute},
+            {"exposed_comm", r.split.wait},
+            {"optimizer", r.split.optimizer},
+            {"data", r.split.data},
+            {"other", r.split.other}}},
           {"collectives_per_step", ops},
-          {"memory_measured", {{"params", m.params}, {"grads", m.grads}, {"master", m.master},
-                               {"optimizer", m.optimizer}, {"buffers", m.buffers},
-                               {"activations", m.activations}, {"peak_total", m.peak_total},
-                               {"peak_total_most_of_ranks", r.peak_most}}},
-          {"memory_planned", {{"params", p.params}, {"grads", p.grads}, {"master", p.master},
-                              {"optimizer", p.optimizer}, {"buffers", p.buffers},
-                              {"activations", p.activations}, {"peak_total", r.plan.peak_total}}},
+          {"memory_measured",
+           {{"params", m.params},
+            {"grads", m.grads},
+            {"master", m.master},
+            {"optimizer", m.optimizer},
+            {"buffers", m.buffers},
+            {"activations", m.activations},
+            {"peak_total", m.peak_total},
+            {"peak_total_most_of_ranks", r.peak_most}}},
+          {"memory_planned",
+           {{"params", p.params},
+            {"grads", p.grads},
+            {"master", p.master},
+            {"optimizer", p.optimizer},
+            {"buffers", p.buffers},
+            {"activations", p.activations},
+            {"peak_total", r.plan.peak_total}}},
           {"final_loss", r.final_loss},
           {"checksum", hex16(r.checksum)}};
 }
@@ -225,13 +247,14 @@ int cmd_compare(const Args& argv) {
   Flags f;
   std::string stages_text = "0,1,2,3", chart;
   std::int64_t warmup = 2;
-  po::options_description opts("zero compare options (the model, data and batch flags are zero train's)");
-  opts.add_options()
-      ("stages", po::value(&stages_text)->default_value("0,1,2,3"), "the stages to compare, in order")
-      ("warmup", po::value(&warmup)->default_value(2), "steps before the measured ones (not timed)")
-      ("chart", po::value(&chart),
-       "write the time split and the memory per stage to this SVG file (and a PNG beside it where "
-       "rsvg-convert is installed)");
+  po::options_description opts(
+      "zero compare options (the model, data and batch flags are zero train's)");
+  opts.add_options()("stages", po::value(&stages_text)->default_value("0,1,2,3"),
+                     "the stages to compare, in order")(
+      "warmup", po::value(&warmup)->default_value(2), "steps before the measured ones (not timed)")(
+      "chart", po::value(&chart),
+      "write the time split and the memory per stage to this SVG file (and a PNG beside it where "
+      "rsvg-convert is installed)");
   add_train_options(opts, f);
   opts.add_options()("help,h", "show this help");
   const po::variables_map vm = parse_options(argv, opts);
@@ -254,14 +277,16 @@ int cmd_compare(const Args& argv) {
   const double timeout = before_launch(f, vm, asked, false);
   if (asked > 0) ensure_ranks(asked, argv);
 
-  comm::MpiRuntime mpi({.startup_timeout_seconds = timeout, .error_prefix = "zero compare: error: "});
+  comm::MpiRuntime mpi(
+      {.startup_timeout_seconds = timeout, .error_prefix = "zero compare: error: "});
   int n = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   check_job_size(n, "compare");
   const bool on_gpu = use_gpu(f.device);
   Run run = resolve_run(f, vm, n);
   const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  check_host_memory(run, n, on_gpu ? 1 : std::max(1, local_size ? std::atoi(local_size) : 1), on_gpu);
+  check_host_memory(run, n, on_gpu ? 1 : std::max(1, local_size ? std::atoi(local_size) : 1),
+                    on_gpu);
   std::string resume;
   std::int64_t resume_step = 0;
   if (!f.ckpt.resume.empty()) {
@@ -287,7 +312,8 @@ int cmd_compare(const Args& argv) {
                   static_cast<long long>(warmup), static_cast<long long>(run.steps));
       std::fflush(stdout);
     }
-    results.push_back(run_stage(run, f, stage, warmup, run.steps, *world, on_gpu, peak, resume, resume_step));
+    results.push_back(
+        run_stage(run, f, stage, warmup, run.steps, *world, on_gpu, peak, resume, resume_step));
   }
   if (rank != 0) return 0;
   const std::string what =
@@ -297,7 +323,8 @@ int cmd_compare(const Args& argv) {
           resume.empty() ? std::string() : cat(", from ", resume));
   print_table(results, cat("zero compare: ", what), peak, run.gpt);
   if (!chart.empty()) {
-    for (const std::string& written : write_compare_chart(results, chart, cat("zero compare: ", what)))
+    for (const std::string& written :
+         write_compare_chart(results, chart, cat("zero compare: ", what)))
       std::printf("chart: %s\n", written.c_str());
   }
   if (!f.json_file.empty()) {

@@ -16,15 +16,15 @@
 #include <optional>
 #include <sstream>
 
+#include "cli/ckpt_io.hpp"
 #include "cli/commands.hpp"
 #include "cli/fill_auto.hpp"
 #include "cli/launch.hpp"
 #include "cli/options.hpp"
-#include "cli/ckpt_io.hpp"
 #include "cli/train_checkpoint.hpp"
-#include "cli/train_setup.hpp"
 #include "cli/train_model.hpp"
 #include "cli/train_report.hpp"
+#include "cli/train_setup.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "kernels/cpu/blas_core.hpp"
 #include "kernels/cpu/peak.hpp"
@@ -84,7 +84,8 @@ int cmd_train(const Args& argv) {
   check_job_size(n, "train");
   const bool on_gpu = use_gpu(f.device);
   Run run = resolve_run(f, vm, n);
-  const std::optional<Resumed> resumed = check_checkpoint_flags(f.ckpt, units_of(run), f.model, run.steps);
+  const std::optional<Resumed> resumed =
+      check_checkpoint_flags(f.ckpt, units_of(run), f.model, run.steps);
   // The data order continues the saved run's: its seed, unless --seed says otherwise.
   if (resumed && !vm.count("seed")) run.shape.seed = resumed->trainer.seed;
   Config& config = run.config;
@@ -92,7 +93,8 @@ int cmd_train(const Args& argv) {
   const std::int64_t micro = run.micro, accum = run.accum, global_batch = shape.global_batch;
   const std::int64_t steps = run.steps, log_every = run.log_every;
   const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  check_host_memory(run, n, on_gpu ? 1 : std::max(1, local_size ? std::atoi(local_size) : 1), on_gpu);
+  check_host_memory(run, n, on_gpu ? 1 : std::max(1, local_size ? std::atoi(local_size) : 1),
+                    on_gpu);
   comm::Options co;
   co.timeout_seconds = run.timeout;
   std::unique_ptr<comm::Communicator> world =
@@ -114,22 +116,27 @@ int cmd_train(const Args& argv) {
                    "-n 2 or more to see it shard\n";
   }
 
-  std::unique_ptr<TrainModel> model =
-      run.gpt ? make_gpt_model(run.gpt_shape, run.compute, f.preset, f.data, shape.seed, accum, n, where)
-              : make_mlp_model(shape, micro, where);
+  std::unique_ptr<TrainModel> model = run.gpt ? make_gpt_model(run.gpt_shape, run.compute, f.preset,
+                                                               f.data, shape.seed, accum, n, where)
+                                              : make_mlp_model(shape, micro, where);
   // The GPT's AdamW groups (no decay on biases, LayerNorm, embeddings) unless the config gives
   // its own param_groups.
   if (run.gpt && config.param_groups.empty()) {
     config.param_groups = models::gpt_param_groups();
     if (rank == 0)
-      std::printf("zero train: AdamW weight decay %g on the blocks' 2-D weights, none on biases, "
-                  "LayerNorm and embeddings (models::gpt_param_groups; a config's param_groups "
-                  "replace these)\n", config.optimizer.weight_decay);
+      std::printf(
+          "zero train: AdamW weight decay %g on the blocks' 2-D weights, none on biases, "
+          "LayerNorm and embeddings (models::gpt_param_groups; a config's param_groups "
+          "replace these)\n",
+          config.optimizer.weight_decay);
   }
   EngineOptions eo;
   eo.memory = where;
   Engine engine(config, *world, model->units(), eo);
-  TrainerState trainer_state{model->kind(), 0, shape.seed, global_batch,
+  TrainerState trainer_state{model->kind(),
+                             0,
+                             shape.seed,
+                             global_batch,
                              run.gpt ? f.data : std::string(),
                              run.gpt ? models::TokenFile(f.data).size() : 0};
   std::int64_t start = 0;  // the first step this process trains
@@ -137,10 +144,12 @@ int cmd_train(const Args& argv) {
     (void)load_checkpoint(engine, resumed->path);
     start = resumed->trainer.next_step;
     if (rank == 0) {
-      std::printf("zero train: resumed from %s: step %lld (%lld optimizer steps applied, saved by "
-                  "%d rank%s at stage %d)\n", resumed->path.c_str(), static_cast<long long>(start),
-                  static_cast<long long>(resumed->meta.step), resumed->meta.ranks,
-                  resumed->meta.ranks == 1 ? "" : "s", resumed->meta.stage);
+      std::printf(
+          "zero train: resumed from %s: step %lld (%lld optimizer steps applied, saved by "
+          "%d rank%s at stage %d)\n",
+          resumed->path.c_str(), static_cast<long long>(start),
+          static_cast<long long>(resumed->meta.step), resumed->meta.ranks,
+          resumed->meta.ranks == 1 ? "" : "s", resumed->meta.stage);
       for (const auto& w : resume_differences(resumed->trainer, trainer_state))
         std::cerr << "zero train: warning: " << w << '\n';
     }
@@ -158,13 +167,16 @@ int cmd_train(const Args& argv) {
   const std::int64_t run_steps = steps - start;
   const Layout& layout = engine.layout();
   if (rank == 0)
-    std::printf("zero train: %s (%lld params), stage %d, %d rank%s on %s, %s, reduce %s, "
-                "global batch %lld = %d x %lld micro-batches x %lld\n",
-                model->describe().c_str(), static_cast<long long>(layout.numel), config.zero.stage, n,
-                n == 1 ? "" : "s", on_gpu ? "cuda (NCCL)" : "cpu (MPI)", std::string(name_of(config.precision)).c_str(),
-                std::string(name_of(reduce_dtype(config.precision, config.communication_data_type))).c_str(),
-                static_cast<long long>(global_batch), n, static_cast<long long>(accum),
-                static_cast<long long>(micro));
+    std::printf(
+        "zero train: %s (%lld params), stage %d, %d rank%s on %s, %s, reduce %s, "
+        "global batch %lld = %d x %lld micro-batches x %lld\n",
+        model->describe().c_str(), static_cast<long long>(layout.numel), config.zero.stage, n,
+        n == 1 ? "" : "s", on_gpu ? "cuda (NCCL)" : "cpu (MPI)",
+        std::string(name_of(config.precision)).c_str(),
+        std::string(name_of(reduce_dtype(config.precision, config.communication_data_type)))
+            .c_str(),
+        static_cast<long long>(global_batch), n, static_cast<long long>(accum),
+        static_cast<long long>(micro));
 
   engine.reset_comm_accounting();
   double loss = 0, first_loss = 0;
@@ -188,8 +200,7 @@ int cmd_train(const Args& argv) {
   const bool bar = rank == 0 && (tty ? std::string_view(tty) == "1" : isatty(STDOUT_FILENO) == 1);
   for (std::int64_t s = start; s < steps; ++s) {
     double local = 0;
-    for (std::int64_t k = 0; k < accum; ++k)
-      local += model->micro_batch(engine, s, k, rank, n);
+    for (std::int64_t k = 0; k < accum; ++k) local += model->micro_batch(engine, s, k, rank, n);
     StepReport rep = engine.step();
     skipped += rep.skipped;
     const auto reduce_at = std::chrono::steady_clock::now();
@@ -201,31 +212,39 @@ int cmd_train(const Args& argv) {
     if (s == start) first_loss = loss;
     if (bar) std::printf("\r\033[K");
     if (rank == 0 && (s % log_every == 0 || s + 1 == steps))
-      std::printf("step %4lld  loss %.6f  grad-norm %.4f  lr %.3g%s%s%s\n", static_cast<long long>(s + 1),
-                  loss, rep.grad_norm, rep.lr,
-                  model->tokens_per_sample() > 1
-                      ? cat("  ", static_cast<long long>(tokens_per_step / step_seconds), " tok/s",
-                            peak_flops > 0 ? percent("  MFU ", tokens_per_step / step_seconds *
-                                                                   model->flops_per_token() / peak_flops)
-                                           : std::string(),
-                            "  ", std::llround(1e3 * step_seconds), " ms").c_str()
-                      : "",
-                  config.precision == Precision::fp16 ? ("  scale " + std::to_string(static_cast<long long>(rep.loss_scale))).c_str() : "",
-                  rep.skipped ? "  (skipped)" : "");
+      std::printf(
+          "step %4lld  loss %.6f  grad-norm %.4f  lr %.3g%s%s%s\n", static_cast<long long>(s + 1),
+          loss, rep.grad_norm, rep.lr,
+          model->tokens_per_sample() > 1
+              ? cat("  ", static_cast<long long>(tokens_per_step / step_seconds), " tok/s",
+                    peak_flops > 0 ? percent("  MFU ", tokens_per_step / step_seconds *
+                                                           model->flops_per_token() / peak_flops)
+                                   : std::string(),
+                    "  ", std::llround(1e3 * step_seconds), " ms")
+                    .c_str()
+              : "",
+          config.precision == Precision::fp16
+              ? ("  scale " + std::to_string(static_cast<long long>(rep.loss_scale))).c_str()
+              : "",
+          rep.skipped ? "  (skipped)" : "");
     if (bar && s + 1 < steps) {
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::printf("%s", progress_line(s + 1, steps, elapsed, loss).c_str());
       std::fflush(stdout);
     }
-    if (checkpointer && ((f.ckpt.save_every > 0 && (s + 1) % f.ckpt.save_every == 0) || s + 1 == steps)) {
+    if (checkpointer &&
+        ((f.ckpt.save_every > 0 && (s + 1) % f.ckpt.save_every == 0) || s + 1 == steps)) {
       const auto at = std::chrono::steady_clock::now();
       trainer_state.next_step = s + 1;
       checkpointer->save(to_json(trainer_state), s + 1);
-      save_stalls.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count());
+      save_stalls.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count());
     }
   }
   if (checkpointer) checkpointer->wait();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const comm::Accounting acct = engine.comm_accounting();
   const Engine::GroupAccounting by_group = engine.comm_accounting_by_group();
   // Payload bytes per step of every op of one group: what hierarchical sharding and hpZ move
@@ -235,7 +254,8 @@ int cmd_train(const Args& argv) {
     for (const comm::OpStats& o : a.ops) b += o.payload_bytes;
     return b / static_cast<std::uint64_t>(run_steps);
   };
-  const bool grouped = engine.settings_shard_size() < n || by_group.secondary[comm::Op::all_gather].calls > 0;
+  const bool grouped =
+      engine.settings_shard_size() < n || by_group.secondary[comm::Op::all_gather].calls > 0;
   Throughput throughput = clock.result(global_batch, model->tokens_per_sample());
   if (rank == 0 && peak_flops > 0) {
     throughput.flops_per_token = model->flops_per_token();
@@ -246,7 +266,8 @@ int cmd_train(const Args& argv) {
   // checksum, whose gathers are inspection, not training.
   const MemoryReport mem = engine.memory();
   const std::uint64_t checksum = engine.master_checksum();
-  std::int64_t mine[6] = {mem.master, mem.optimizer, mem.grads, mem.params, mem.buffers, mem.peak_total};
+  std::int64_t mine[6] = {mem.master, mem.optimizer, mem.grads,
+                          mem.params, mem.buffers,   mem.peak_total};
   std::vector<std::int64_t> all(6 * static_cast<std::size_t>(n));
   MPI_Allgather(mine, 6, MPI_INT64_T, all.data(), 6, MPI_INT64_T, MPI_COMM_WORLD);
 
@@ -272,10 +293,11 @@ int cmd_train(const Args& argv) {
 
   const char* keys[] = {"master", "optimizer", "grads", "params", "buffers", "peak_total"};
   if (rank == 0) {
-    std::printf("\nsummary: loss %.6f -> %.6f in %lld steps%s (%lld skipped), %.3f s/step, checksum %s\n",
-                first_loss, loss, static_cast<long long>(run_steps),
-                start > 0 ? cat(" (", start + 1, "..", steps, ")").c_str() : "",
-                static_cast<long long>(skipped), seconds / run_steps, hex16(checksum).c_str());
+    std::printf(
+        "\nsummary: loss %.6f -> %.6f in %lld steps%s (%lld skipped), %.3f s/step, checksum %s\n",
+        first_loss, loss, static_cast<long long>(run_steps),
+        start > 0 ? cat(" (", start + 1, "..", steps, ")").c_str() : "",
+        static_cast<long long>(skipped), seconds / run_steps, hex16(checksum).c_str());
     if (checkpointer) print_saves(checkpointer->completed(), save_stalls, human_bytes);
     std::printf("\nmemory per rank      %12s %12s %12s %12s %12s %12s\n", keys[0], keys[1], keys[2],
                 keys[3], keys[4], "peak total");
@@ -285,31 +307,36 @@ int cmd_train(const Args& argv) {
       std::printf("\n");
     }
     const double psi = static_cast<double>(layout.numel);
-    std::printf("  (model states = params + grads + master + optimizer = %.2f bytes/param on rank 0)\n",
-                double(all[0] + all[1] + all[2] + all[3]) / psi);
+    std::printf(
+        "  (model states = params + grads + master + optimizer = %.2f bytes/param on rank 0)\n",
+        double(all[0] + all[1] + all[2] + all[3]) / psi);
     std::printf("\nplanned vs measured (rank 0; `zero plan` predicts this before a run)\n");
     std::printf("  %-14s %12s %12s %9s\n", "category", "planned", "measured", "diff");
     for (const Row& row : rows)
       std::printf("  %-14s %12s %12s %8.2f%%\n", row.name, human_bytes(double(row.planned)).c_str(),
                   human_bytes(double(row.measured)).c_str(), diff_pct(row.planned, row.measured));
-    std::printf("\ntraffic per step per rank (payload)   all_reduce %s   reduce_scatter %s   all_gather %s\n",
-                human_bytes(double(acct[comm::Op::all_reduce].payload_bytes) / run_steps).c_str(),
-                human_bytes(double(acct[comm::Op::reduce_scatter].payload_bytes) / run_steps).c_str(),
-                human_bytes(double(acct[comm::Op::all_gather].payload_bytes) / run_steps).c_str());
+    std::printf(
+        "\ntraffic per step per rank (payload)   all_reduce %s   reduce_scatter %s   all_gather "
+        "%s\n",
+        human_bytes(double(acct[comm::Op::all_reduce].payload_bytes) / run_steps).c_str(),
+        human_bytes(double(acct[comm::Op::reduce_scatter].payload_bytes) / run_steps).c_str(),
+        human_bytes(double(acct[comm::Op::all_gather].payload_bytes) / run_steps).c_str());
     if (grouped)
-      std::printf("by group, per step per rank (payload): inside the shard group %s, across "
-                  "shard groups %s, inside the hpZ group %s, over all ranks %s\n",
-                  human_bytes(double(group_bytes(by_group.shard))).c_str(),
-                  human_bytes(double(group_bytes(by_group.replicate))).c_str(),
-                  human_bytes(double(group_bytes(by_group.secondary))).c_str(),
-                  human_bytes(double(group_bytes(by_group.world))).c_str());
+      std::printf(
+          "by group, per step per rank (payload): inside the shard group %s, across "
+          "shard groups %s, inside the hpZ group %s, over all ranks %s\n",
+          human_bytes(double(group_bytes(by_group.shard))).c_str(),
+          human_bytes(double(group_bytes(by_group.replicate))).c_str(),
+          human_bytes(double(group_bytes(by_group.secondary))).c_str(),
+          human_bytes(double(group_bytes(by_group.world))).c_str());
     print_throughput(throughput, human_bytes);
   }
 
   if (rank == 0 && !f.plot_file.empty()) {
     std::ofstream out(f.plot_file);
-    out << loss_svg(throughput.history, cat("zero train: ", model->describe(), ", stage ",
-                                            config.zero.stage, ", ", n, n == 1 ? " rank" : " ranks"));
+    out << loss_svg(throughput.history,
+                    cat("zero train: ", model->describe(), ", stage ", config.zero.stage, ", ", n,
+                        n == 1 ? " rank" : " ranks"));
     if (!out) throw Error(cat("--plot: cannot write ", f.plot_file));
   }
   if (rank == 0 && !f.json_file.empty()) {
@@ -320,8 +347,12 @@ int cmd_train(const Args& argv) {
       memory.push_back(o);
     }
     // Per step; the final checksum's gathers come after `acct` was read.
-    auto per_step = [&](comm::Op op) { return acct[op].payload_bytes / static_cast<std::uint64_t>(run_steps); };
-    auto wire = [&](comm::Op op) { return acct[op].wire_bytes / static_cast<std::uint64_t>(run_steps); };
+    auto per_step = [&](comm::Op op) {
+      return acct[op].payload_bytes / static_cast<std::uint64_t>(run_steps);
+    };
+    auto wire = [&](comm::Op op) {
+      return acct[op].wire_bytes / static_cast<std::uint64_t>(run_steps);
+    };
     boost::json::object j{
         {"model", model->kind()},
         {"stage", config.zero.stage},
@@ -338,19 +369,23 @@ int cmd_train(const Args& argv) {
         {"skipped_steps", skipped},
         {"seconds_per_step", seconds / run_steps},
         {"memory_bytes", memory},
-        {"memory_planned_vs_measured", [&] {
+        {"memory_planned_vs_measured",
+         [&] {
            boost::json::object o;
            for (const Row& row : rows)
-             o[row.name] = {{"planned", row.planned}, {"measured", row.measured},
+             o[row.name] = {{"planned", row.planned},
+                            {"measured", row.measured},
                             {"diff_percent", diff_pct(row.planned, row.measured)}};
            return o;
          }()},
-        {"comm_bytes", {{"all_reduce", per_step(comm::Op::all_reduce)},
-                        {"reduce_scatter", per_step(comm::Op::reduce_scatter)},
-                        {"all_gather", per_step(comm::Op::all_gather)}}},
-        {"comm_wire_bytes", {{"all_reduce", wire(comm::Op::all_reduce)},
-                             {"reduce_scatter", wire(comm::Op::reduce_scatter)},
-                             {"all_gather", wire(comm::Op::all_gather)}}},
+        {"comm_bytes",
+         {{"all_reduce", per_step(comm::Op::all_reduce)},
+          {"reduce_scatter", per_step(comm::Op::reduce_scatter)},
+          {"all_gather", per_step(comm::Op::all_gather)}}},
+        {"comm_wire_bytes",
+         {{"all_reduce", wire(comm::Op::all_reduce)},
+          {"reduce_scatter", wire(comm::Op::reduce_scatter)},
+          {"all_gather", wire(comm::Op::all_gather)}}},
     };
     j["comm_bytes_by_group"] = {{"shard", group_bytes(by_group.shard)},
                                 {"replicate", group_bytes(by_group.replicate)},

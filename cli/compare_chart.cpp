@@ -23,10 +23,10 @@ struct Part {
 };
 
 // One panel of stacked bars: values[stage][part], drawn in [x0, x0 + w) x [top, bottom).
-std::string panel(const std::vector<StageResult>& rs, const std::vector<std::vector<double>>& values,
-                  const std::vector<Part>& parts, const std::vector<double>& markers, double x0,
-                  double w, double top, double bottom, const std::string& title,
-                  const std::string& unit) {
+std::string panel(const std::vector<StageResult>& rs,
+                  const std::vector<std::vector<double>>& values, const std::vector<Part>& parts,
+                  const std::vector<double>& markers, double x0, double w, double top,
+                  double bottom, const std::string& title, const std::string& unit) {
   double most = 0;
   for (std::size_t i = 0; i < values.size(); ++i) {
     double sum = 0;
@@ -67,9 +67,9 @@ std::string panel(const std::vector<StageResult>& rs, const std::vector<std::vec
                rs[i].stage, "</text>\n");
   }
   for (std::size_t k = 0; k < parts.size(); ++k)  // legend
-    out += cat("<rect x='", left + 8, "' y='", bottom + 28 + 16 * k, "' width='10' height='10' fill='",
-               parts[k].color, "'/>\n<text x='", left + 24, "' y='", bottom + 37 + 16 * k, "'>",
-               parts[k].name, "</text>\n");
+    out += cat("<rect x='", left + 8, "' y='", bottom + 28 + 16 * k,
+               "' width='10' height='10' fill='", parts[k].color, "'/>\n<text x='", left + 24,
+               "' y='", bottom + 37 + 16 * k, "'>", parts[k].name, "</text>\n");
   return out;
 }
 
@@ -91,9 +91,9 @@ std::string compare_svg(const std::vector<StageResult>& rs, const std::string& t
     times.push_back({1e3 * r.split.compute, 1e3 * r.split.wait, 1e3 * r.split.optimizer,
                      1e3 * r.split.data, 1e3 * r.split.other});
   out += panel(rs, times, time_parts, {}, 0, W / 2, top, bottom, "time per step (mean)", "ms");
-  const std::vector<Part> mem_parts = {{"params", "#1f77b4"},    {"grads", "#ff7f0e"},
-                                       {"master", "#2ca02c"},    {"optimizer (m, v)", "#d62728"},
-                                       {"buffers", "#9467bd"},   {"activations", "#8c564b"}};
+  const std::vector<Part> mem_parts = {{"params", "#1f77b4"},  {"grads", "#ff7f0e"},
+                                       {"master", "#2ca02c"},  {"optimizer (m, v)", "#d62728"},
+                                       {"buffers", "#9467bd"}, {"activations", "#8c564b"}};
   std::vector<std::vector<double>> mem;
   std::vector<double> planned;
   auto mib = [](std::int64_t b) { return static_cast<double>(b) / 1048576.0; };

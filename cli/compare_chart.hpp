@@ -20,11 +20,11 @@ struct StageResult {
   double median = 0, fastest = 0, slowest = 0;
   double tokens_per_second = 0, samples_per_second = 0, mfu = 0;
   std::array<comm::OpStats, comm::kOpCount> per_step{};  // calls, payload and seconds a step
-  MemoryReport memory;               // rank 0's ledger
-  std::int64_t peak_most = 0;        // the highest peak of any rank
-  Plan plan;                         // what zero plan predicts for this run
+  MemoryReport memory;                                   // rank 0's ledger
+  std::int64_t peak_most = 0;                            // the highest peak of any rank
+  Plan plan;                                             // what zero plan predicts for this run
   double final_loss = 0;
-  std::uint64_t checksum = 0;        // of the fp32 master weights after the run
+  std::uint64_t checksum = 0;  // of the fp32 master weights after the run
 };
 
 // Writes the chart to `path` (SVG) and, where rsvg-convert or ImageMagick's convert is found,

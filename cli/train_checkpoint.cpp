@@ -1,8 +1,8 @@
 // zero train's checkpoint flags and trainer state (cli/train_checkpoint.hpp).
 #include "cli/train_checkpoint.hpp"
 
-#include <boost/json.hpp>
 #include <algorithm>
+#include <boost/json.hpp>
 #include <cstdio>
 #include <filesystem>
 
@@ -24,8 +24,8 @@ std::string to_json(const TrainerState& s) {
 
 TrainerState trainer_state_from_json(const std::string& text, const std::string& where) {
   auto bad = [&](const char* what) {
-    return Error(cat(where, ": the trainer state ", what,
-                     " (was this checkpoint saved by `zero train`?)"));
+    return Error(
+        cat(where, ": the trainer state ", what, " (was this checkpoint saved by `zero train`?)"));
   };
   json::value v;
   try {
@@ -85,8 +85,9 @@ std::optional<Resumed> check_checkpoint_flags(const CheckpointFlags& f,
     const auto there = list_checkpoints(f.save);
     if (!there.empty() && there.back().first > start)
       throw Error(cat("--save ", f.save, ": already holds checkpoints up to step ",
-                      there.back().first, r ? cat(", past the step this run resumes at (", start, ")")
-                                            : std::string(" of another run"),
+                      there.back().first,
+                      r ? cat(", past the step this run resumes at (", start, ")")
+                        : std::string(" of another run"),
                       "; saving there would replace them. Use --resume ", f.save,
                       " to continue that run, or another folder"));
   }
@@ -114,12 +115,13 @@ void print_saves(const std::vector<SaveResult>& saves, const std::vector<double>
   double stall = 0, worst = 0, write = 0, bytes = 0;
   for (double x : stalls) stall += x, worst = std::max(worst, x);
   for (const SaveResult& r : saves) write += r.write_seconds, bytes += static_cast<double>(r.bytes);
-  std::printf("checkpoints: %zu saved, the last %s; rank 0 wrote %s a save in %.1f ms (%.0f MB/s "
-              "in the background), the loop stalled %.2f ms a save (the most %.2f ms)\n",
-              saves.size(), saves.back().path.c_str(),
-              human_bytes(bytes / static_cast<double>(saves.size())).c_str(),
-              1e3 * write / static_cast<double>(saves.size()), write > 0 ? bytes / write / 1e6 : 0.0,
-              1e3 * stall / static_cast<double>(std::max<std::size_t>(1, stalls.size())), 1e3 * worst);
+  std::printf(
+      "checkpoints: %zu saved, the last %s; rank 0 wrote %s a save in %.1f ms (%.0f MB/s "
+      "in the background), the loop stalled %.2f ms a save (the most %.2f ms)\n",
+      saves.size(), saves.back().path.c_str(),
+      human_bytes(bytes / static_cast<double>(saves.size())).c_str(),
+      1e3 * write / static_cast<double>(saves.size()), write > 0 ? bytes / write / 1e6 : 0.0,
+      1e3 * stall / static_cast<double>(std::max<std::size_t>(1, stalls.size())), 1e3 * worst);
 }
 
 json::array saves_json(const std::vector<SaveResult>& saves, const std::vector<double>& stalls) {

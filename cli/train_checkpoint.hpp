@@ -13,23 +13,23 @@
 namespace zero::cli {
 
 struct CheckpointFlags {
-  std::string save;            // --save DIR: a folder of checkpoints
-  std::string resume;          // --resume DIR: a checkpoint, or a folder of them (its newest)
-  std::int64_t save_every = 0; // --save-every K: also every K steps (0: at the end only)
-  int keep = 0;                // --keep N: the newest N checkpoints stay (0: all)
-  bool sync = false;           // --save-sync: write in the training thread (no overlap)
+  std::string save;             // --save DIR: a folder of checkpoints
+  std::string resume;           // --resume DIR: a checkpoint, or a folder of them (its newest)
+  std::int64_t save_every = 0;  // --save-every K: also every K steps (0: at the end only)
+  int keep = 0;                 // --keep N: the newest N checkpoints stay (0: all)
+  bool sync = false;            // --save-sync: write in the training thread (no overlap)
 };
 
 // What `zero train` saves beside the engine's state: enough to go on with the same data, in the
 // same order, from the next step.
 struct TrainerState {
-  std::string model;             // "mlp" or "gpt"
-  std::int64_t next_step = 0;    // the loop's next step: the data position (steps done, skipped
-                                 // ones included; the engine counts only applied ones)
-  std::uint64_t seed = 1;        // weights, teacher and data order
-  std::int64_t global_batch = 0; // samples (sequences) per step: step s reads s*G .. s*G + G - 1
-  std::string data;              // the GPT's token file, as given
-  std::int64_t data_tokens = 0;  // its token count (a changed file is told apart)
+  std::string model;              // "mlp" or "gpt"
+  std::int64_t next_step = 0;     // the loop's next step: the data position (steps done, skipped
+                                  // ones included; the engine counts only applied ones)
+  std::uint64_t seed = 1;         // weights, teacher and data order
+  std::int64_t global_batch = 0;  // samples (sequences) per step: step s reads s*G .. s*G + G - 1
+  std::string data;               // the GPT's token file, as given
+  std::int64_t data_tokens = 0;   // its token count (a changed file is told apart)
 };
 std::string to_json(const TrainerState& s);
 // Throws zero::Error naming `where` when the text is not a TrainerState.
@@ -56,6 +56,7 @@ std::vector<std::string> resume_differences(const TrainerState& saved, const Tra
 // --json. stalls: the training loop's seconds inside each save() call.
 void print_saves(const std::vector<SaveResult>& saves, const std::vector<double>& stalls,
                  std::string (*human_bytes)(double));
-boost::json::array saves_json(const std::vector<SaveResult>& saves, const std::vector<double>& stalls);
+boost::json::array saves_json(const std::vector<SaveResult>& saves,
+                              const std::vector<double>& stalls);
 
 }  // namespace zero::cli

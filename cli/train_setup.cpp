@@ -16,8 +16,8 @@
 #include "cli/options.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "kernels/cpu/peak.hpp"
-#include "models/tokens.hpp"
 #include "kernels/cuda/device.hpp"
+#include "models/tokens.hpp"
 #include "zero_build_config.hpp"
 
 namespace zero::cli {
@@ -90,76 +90,78 @@ bool use_gpu(const std::string& device) {
   int ok = comm::nccl_available() && local < kernels::cuda::device_count() ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (device == "cuda" && !ok)
-    throw Error(ZERO_HAVE_CUDA ? "--device cuda: some rank has no GPU of its own (one GPU per rank; "
-                                 "run fewer ranks per node or use --device cpu)"
-                               : "--device cuda: this build has no CUDA (configure with -Dcuda=enabled)");
+    throw Error(ZERO_HAVE_CUDA
+                    ? "--device cuda: some rank has no GPU of its own (one GPU per rank; "
+                      "run fewer ranks per node or use --device cpu)"
+                    : "--device cuda: this build has no CUDA (configure with -Dcuda=enabled)");
   return ok == 1;
 }
 
 void add_train_options(boost::program_options::options_description& opts, Flags& f) {
   namespace po = boost::program_options;
-  opts.add_options()
-      ("model", po::value(&f.model)->default_value("mlp"),
-       "model to train: mlp (a synthetic teacher) or gpt (GPT-2's architecture on a token file)")
-      ("preset", po::value(&f.preset)->default_value("gpt-nano"),
-       "the GPT's shape (`zero plan --list-presets`; gpt-micro and gpt-nano are byte-level)")
-      ("data", po::value(&f.data),
-       "the GPT's token file: an llm.c shard (.bin, header 20240520) or nanoGPT's train.bin")
-      ("compute", po::value(&f.compute),
-       "the GPT's math: bf16 (GEMM inputs and kept activations in bf16, fp32 accumulation; the "
-       "default with bf16 params) or fp32")
-      ("device", po::value(&f.device)->default_value("auto"),
-       "cpu (MPI, host memory), cuda (one GPU per rank, NCCL, cuBLASLt) or auto: cuda when every "
-       "rank on a node has a GPU of its own, else cpu")
-      ("ranks,n", po::value(&f.ranks), "ranks (outside an MPI job: relaunch under mpirun)")
-      ("stage", po::value(&f.stage), "ZeRO stage 0..3 (overrides the config)")
-      ("steps", po::value(&f.steps)->default_value(20), "optimizer steps")
-      ("seed", po::value(&f.seed), "seed of weights, teacher and data (default 1, or the config's seed)")
-      ("layers", po::value(&f.layers)->default_value(4), "MLP layers (one unit each)")
-      ("width", po::value(&f.width)->default_value(512), "MLP width")
-      ("global-batch", po::value(&f.global_batch),
-       "samples per step over all ranks (train_batch_size; default 64 unless the config gives "
-       "a batch size)")
-      ("micro-batch", po::value(&f.micro_batch),
-       "samples per rank per micro-batch (train_micro_batch_size_per_gpu)")
-      ("accum", po::value(&f.accum), "micro-batches per step (gradient_accumulation_steps)")
-      ("precision", po::value(&f.precision), "bf16 (default), fp16 or fp32")
-      ("reduce-dtype", po::value(&f.reduce), "gradient reduce dtype: fp32 (default) or the training dtype")
-      ("lr", po::value(&f.lr), "learning rate (overrides the config)")
-      ("clip", po::value(&f.clip), "gradient clipping max norm, 0 = off (overrides the config)")
-      ("overlap", "overlap gradient reduction with backward (zero_optimization.overlap_comm)")
-      ("reduce-bucket-size", po::value(&f.reduce_bucket),
-       "gradient elements reduced per collective, whole units (zero_optimization."
-       "reduce_bucket_size; default 5e8, or the config's)")
-      ("shard-size", po::value(&f.shard_size),
-       "hierarchical sharding: shard the states over groups of this many ranks, replicated "
-       "across the groups (zero_optimization.mics_shard_size; default: all ranks)")
-      ("hpz", po::value(&f.hpz),
-       "stage 3: keep a secondary copy of the params sharded over groups of this many ranks so "
-       "that backward gathers stay inside them (zero_optimization.zero_hpz_partition_size)")
-      ("allgather-bucket-size", po::value(&f.allgather_bucket),
-       "new-param elements all-gathered per collective after the step, stages 1-2 (zero_"
-       "optimization.allgather_bucket_size; default 5e8, or the config's)")
-      ("timeout", po::value(&f.timeout),
-       "seconds a collective may make no progress before the job fails (default: the config's "
-       "comm_timeout, 600)")
-      ("config", po::value(&f.config_file), "DeepSpeed-style JSON config file")
-      ("json", po::value(&f.json_file), "write a JSON summary to this file")
-      ("plot", po::value(&f.plot_file), "write the loss against the step to this SVG file")
-      ("log-every", po::value(&f.log_every),
-       "print the loss every this many steps (default 1, or the config's steps_per_print)")
-      ("save", po::value(&f.ckpt.save),
-       "write checkpoints into this folder (DIR/step_NNNNNNNN, DIR/latest; docs/checkpoints.md): "
-       "at the end, and every --save-every steps")
-      ("save-every", po::value(&f.ckpt.save_every), "also save every this many steps")
-      ("keep", po::value(&f.ckpt.keep), "keep only the newest this many checkpoints (default: all)")
-      ("save-sync", "write checkpoints in the training loop instead of in the background")
-      ("init", po::value(&f.init),
-       "start from the weights in this safetensors file (`zero ckpt export`'s, or Hugging Face "
-       "GPT-2's model.safetensors for the GPT); Adam's moments start at zero, the step at 0")
-      ("resume", po::value(&f.ckpt.resume),
-       "continue from a checkpoint (a step_* folder, or a --save folder: its newest complete one), "
-       "at any rank count and stage; --steps counts from the run's start");
+  opts.add_options()(
+      "model", po::value(&f.model)->default_value("mlp"),
+      "model to train: mlp (a synthetic teacher) or gpt (GPT-2's architecture on a token file)")(
+      "preset", po::value(&f.preset)->default_value("gpt-nano"),
+      "the GPT's shape (`zero plan --list-presets`; gpt-micro and gpt-nano are byte-level)")(
+      "data", po::value(&f.data),
+      "the GPT's token file: an llm.c shard (.bin, header 20240520) or nanoGPT's train.bin")(
+      "compute", po::value(&f.compute),
+      "the GPT's math: bf16 (GEMM inputs and kept activations in bf16, fp32 accumulation; the "
+      "default with bf16 params) or fp32")(
+      "device", po::value(&f.device)->default_value("auto"),
+      "cpu (MPI, host memory), cuda (one GPU per rank, NCCL, cuBLASLt) or auto: cuda when every "
+      "rank on a node has a GPU of its own, else cpu")(
+      "ranks,n", po::value(&f.ranks), "ranks (outside an MPI job: relaunch under mpirun)")(
+      "stage", po::value(&f.stage), "ZeRO stage 0..3 (overrides the config)")(
+      "steps", po::value(&f.steps)->default_value(20), "optimizer steps")(
+      "seed", po::value(&f.seed),
+      "seed of weights, teacher and data (default 1, or the config's seed)")(
+      "layers", po::value(&f.layers)->default_value(4), "MLP layers (one unit each)")(
+      "width", po::value(&f.width)->default_value(512), "MLP width")(
+      "global-batch", po::value(&f.global_batch),
+      "samples per step over all ranks (train_batch_size; default 64 unless the config gives "
+      "a batch size)")("micro-batch", po::value(&f.micro_batch),
+                       "samples per rank per micro-batch (train_micro_batch_size_per_gpu)")(
+      "accum", po::value(&f.accum), "micro-batches per step (gradient_accumulation_steps)")(
+      "precision", po::value(&f.precision), "bf16 (default), fp16 or fp32")(
+      "reduce-dtype", po::value(&f.reduce),
+      "gradient reduce dtype: fp32 (default) or the training dtype")(
+      "lr", po::value(&f.lr), "learning rate (overrides the config)")(
+      "clip", po::value(&f.clip), "gradient clipping max norm, 0 = off (overrides the config)")(
+      "overlap", "overlap gradient reduction with backward (zero_optimization.overlap_comm)")(
+      "reduce-bucket-size", po::value(&f.reduce_bucket),
+      "gradient elements reduced per collective, whole units (zero_optimization."
+      "reduce_bucket_size; default 5e8, or the config's)")(
+      "shard-size", po::value(&f.shard_size),
+      "hierarchical sharding: shard the states over groups of this many ranks, replicated "
+      "across the groups (zero_optimization.mics_shard_size; default: all ranks)")(
+      "hpz", po::value(&f.hpz),
+      "stage 3: keep a secondary copy of the params sharded over groups of this many ranks so "
+      "that backward gathers stay inside them (zero_optimization.zero_hpz_partition_size)")(
+      "allgather-bucket-size", po::value(&f.allgather_bucket),
+      "new-param elements all-gathered per collective after the step, stages 1-2 (zero_"
+      "optimization.allgather_bucket_size; default 5e8, or the config's)")(
+      "timeout", po::value(&f.timeout),
+      "seconds a collective may make no progress before the job fails (default: the config's "
+      "comm_timeout, 600)")("config", po::value(&f.config_file),
+                            "DeepSpeed-style JSON config file")(
+      "json", po::value(&f.json_file), "write a JSON summary to this file")(
+      "plot", po::value(&f.plot_file), "write the loss against the step to this SVG file")(
+      "log-every", po::value(&f.log_every),
+      "print the loss every this many steps (default 1, or the config's steps_per_print)")(
+      "save", po::value(&f.ckpt.save),
+      "write checkpoints into this folder (DIR/step_NNNNNNNN, DIR/latest; docs/checkpoints.md): "
+      "at the end, and every --save-every steps")("save-every", po::value(&f.ckpt.save_every),
+                                                  "also save every this many steps")(
+      "keep", po::value(&f.ckpt.keep), "keep only the newest this many checkpoints (default: all)")(
+      "save-sync", "write checkpoints in the training loop instead of in the background")(
+      "init", po::value(&f.init),
+      "start from the weights in this safetensors file (`zero ckpt export`'s, or Hugging Face "
+      "GPT-2's model.safetensors for the GPT); Adam's moments start at zero, the step at 0")(
+      "resume", po::value(&f.ckpt.resume),
+      "continue from a checkpoint (a step_* folder, or a --save folder: its newest complete one), "
+      "at any rank count and stage; --steps counts from the run's start");
 }
 
 // The flags alone, before any file is read.
@@ -168,8 +170,9 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
     throw Error(cat("--model: expected mlp or gpt, got '", f.model, "'"));
   if (f.model == "gpt") {
     if (f.data.empty())
-      throw Error("--model gpt needs --data FILE: a token file (llm.c's .bin shards or nanoGPT's "
-                  "train.bin; `zero data TEXT --out PREFIX` makes one from a text file)");
+      throw Error(
+          "--model gpt needs --data FILE: a token file (llm.c's .bin shards or nanoGPT's "
+          "train.bin; `zero data TEXT --out PREFIX` makes one from a text file)");
     (void)preset_shape(f.preset);  // an unknown name is an error here
     if (vm.count("compute") && f.compute != "bf16" && f.compute != "fp32")
       throw Error(cat("--compute: expected bf16 or fp32, got '", f.compute, "'"));
@@ -212,17 +215,18 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
     throw Error(cat("--timeout must be a number of seconds in (0, ", kMaxCommTimeoutSeconds,
                     "], got ", f.timeout));
   if (vm.count("seed")) parse_seed(f.seed);
-  if (vm.count("config") && f.config_file.empty())
-    throw Error("--config: the file name is empty");
+  if (vm.count("config") && f.config_file.empty()) throw Error("--config: the file name is empty");
   if (vm.count("json") && f.json_file.empty()) throw Error("--json: the file name is empty");
   if (vm.count("plot") && f.plot_file.empty()) throw Error("--plot: the file name is empty");
   if (vm.count("save") && f.ckpt.save.empty()) throw Error("--save: the folder name is empty");
-  if (vm.count("resume") && f.ckpt.resume.empty()) throw Error("--resume: the folder name is empty");
+  if (vm.count("resume") && f.ckpt.resume.empty())
+    throw Error("--resume: the folder name is empty");
   if (vm.count("save-every")) require_at_least("--save-every", f.ckpt.save_every, 1);
   if (vm.count("init") && f.init.empty()) throw Error("--init: the file name is empty");
   if (vm.count("init") && vm.count("resume"))
-    throw Error("--init and --resume both give the starting weights: use one (--resume also "
-                "restores Adam's moments and the step)");
+    throw Error(
+        "--init and --resume both give the starting weights: use one (--resume also "
+        "restores Adam's moments and the step)");
   if (vm.count("keep")) require_at_least("--keep", f.ckpt.keep, 1);
 }
 
@@ -256,8 +260,8 @@ void check_host_memory(const Run& run, int world, int ranks_here, bool on_gpu) {
     } else {
       PlanInput in = plan_input_from_config(run.config, world);
       in.units = models::mlp_units(run.shape);
-      const std::int64_t floats = checked_mul(checked_mul(run.shape.layers + 4, b, "the activations"),
-                                              w, "the activations");
+      const std::int64_t floats = checked_mul(
+          checked_mul(run.shape.layers + 4, b, "the activations"), w, "the activations");
       const std::int64_t weights = checked_mul(2 * w, w + 1, "the activations");  // w_, dw_, biases
       if (__builtin_add_overflow(floats, weights, &in.activation_bytes))
         throw Overflow("the activations overflow 64 bits");
@@ -267,19 +271,21 @@ void check_host_memory(const Run& run, int world, int ranks_here, bool on_gpu) {
     }
   } catch (const Overflow&) {  // far more than any machine holds
     throw Error(cat("this run's memory (", run.shape.layers, " layers of width ", w,
-                    ", micro-batches of ", b, " samples) overflows 64-bit byte counts; lower "
+                    ", micro-batches of ", b,
+                    " samples) overflows 64-bit byte counts; lower "
                     "--width, --global-batch or --micro-batch"));
   }
   const auto avail = available_host_memory();
   if (!avail) return;
   std::int64_t need = 0;
   if (__builtin_mul_overflow(per_rank, std::int64_t{ranks_here}, &need) || need > *avail)
-    throw Error(cat("this run needs ", format_bytes(per_rank), " of host memory per rank",
-                    ranks_here > 1 ? cat(" (x ", ranks_here, " ranks on this node)") : std::string(),
-                    ": model states, buffers and the activations of micro-batches of ", b,
-                    " samples of width ", w, ", but ", format_bytes(*avail),
-                    " is available (MemAvailable); lower --global-batch, --micro-batch or --width, "
-                    "or raise --accum or -n"));
+    throw Error(
+        cat("this run needs ", format_bytes(per_rank), " of host memory per rank",
+            ranks_here > 1 ? cat(" (x ", ranks_here, " ranks on this node)") : std::string(),
+            ": model states, buffers and the activations of micro-batches of ", b,
+            " samples of width ", w, ", but ", format_bytes(*avail),
+            " is available (MemAvailable); lower --global-batch, --micro-batch or --width, "
+            "or raise --accum or -n"));
 }
 
 // Flags over the config over zero train's defaults; `world` is the rank count when known (0
@@ -295,8 +301,8 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
     config.optimizer.lr = 3e-3;
     config.gradient_clipping = 1.0;
   }
-  fill_auto_defaults(config, {.lr = 3e-3, .clip = 1.0, .precision = Precision::bf16,
-                              .total_steps = f.steps});
+  fill_auto_defaults(
+      config, {.lr = 3e-3, .clip = 1.0, .precision = Precision::bf16, .total_steps = f.steps});
   if (vm.count("stage")) config.zero.stage = f.stage;
   if (vm.count("precision")) config.precision = parse_precision(f.precision);
   if (vm.count("reduce-dtype")) config.communication_data_type = parse_reduce(f.reduce);
@@ -325,8 +331,8 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
     config.train_batch_size = run.gpt ? 16 : 64;
   if (run.gpt) {
     run.gpt_shape = preset_shape(f.preset);
-    run.compute = vm.count("compute") ? (f.compute == "bf16" ? models::GptCompute::bf16
-                                                             : models::GptCompute::fp32)
+    run.compute = vm.count("compute")
+                      ? (f.compute == "bf16" ? models::GptCompute::bf16 : models::GptCompute::fp32)
                   : config.precision == Precision::bf16 ? models::GptCompute::bf16
                                                         : models::GptCompute::fp32;
     if (run.compute == models::GptCompute::bf16 && config.precision != Precision::bf16)
@@ -335,9 +341,9 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   }
   run.shape.layers = f.layers;
   run.shape.width = f.width;
-  run.shape.seed = vm.count("seed")  ? parse_seed(f.seed)
-                   : from_file       ? static_cast<std::uint64_t>(config.seed)
-                                     : 1;
+  run.shape.seed = vm.count("seed") ? parse_seed(f.seed)
+                   : from_file      ? static_cast<std::uint64_t>(config.seed)
+                                    : 1;
   run.steps = f.steps;
   run.log_every = vm.count("log-every") ? f.log_every : from_file ? config.steps_per_print : 1;
   run.timeout = config.comm_timeout_seconds;
@@ -362,7 +368,6 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   checked_mul(run.steps, run.shape.global_batch, "--steps x the global batch");
   return run;
 }
-
 
 double before_launch(const Flags& f, const boost::program_options::variables_map& vm, int asked,
                      bool steps_from_start) {

@@ -24,9 +24,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/json.hpp>
 #include <cerrno>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -53,7 +53,9 @@ using checkpoint_detail::state_index;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // --- files ------------------------------------------------------------------------------------
 
@@ -151,11 +153,12 @@ std::string config_summary(const Engine::Impl& s) {
                  {"precision", std::string(name_of(c.precision))},
                  {"gradient_accumulation_steps", c.gradient_accumulation_steps},
                  {"gradient_clipping", c.gradient_clipping},
-                 {"optimizer", {{"type", c.optimizer.type == OptimizerType::adamw ? "AdamW" : "Adam"},
-                                {"lr", c.optimizer.lr},
-                                {"betas", json::array{c.optimizer.beta1, c.optimizer.beta2}},
-                                {"eps", c.optimizer.eps},
-                                {"weight_decay", c.optimizer.weight_decay}}}};
+                 {"optimizer",
+                  {{"type", c.optimizer.type == OptimizerType::adamw ? "AdamW" : "Adam"},
+                   {"lr", c.optimizer.lr},
+                   {"betas", json::array{c.optimizer.beta1, c.optimizer.beta2}},
+                   {"eps", c.optimizer.eps},
+                   {"weight_decay", c.optimizer.weight_decay}}}};
   if (c.train_batch_size) o["train_batch_size"] = *c.train_batch_size;
   return json::serialize(o);
 }
@@ -181,13 +184,13 @@ struct SaveJob {
   std::string dir, staging, final_name;
   int rank = 0;
   bool writer = false;
-  bool commits = false;          // rank 0
-  std::vector<int> writers;      // world ranks that write a piece file
-  HostBuffer buffer;             // this rank's piece file: buffer.data[0, size)
+  bool commits = false;      // rank 0
+  std::vector<int> writers;  // world ranks that write a piece file
+  HostBuffer buffer;         // this rank's piece file: buffer.data[0, size)
   std::size_t size = 0;
   std::span<const std::byte> bytes() const { return {buffer.data.get(), size}; }
   std::vector<std::array<std::int64_t, 4>> pieces;  // (param, begin, count, offset)
-  CheckpointMeta meta;           // rank 0: everything but files and pieces
+  CheckpointMeta meta;                              // rank 0: everything but files and pieces
   int keep = 0;
   double timeout = 600;
   // Results.
@@ -207,9 +210,10 @@ void write_pieces(SaveJob& j) {
   for (const auto& p : j.pieces) pieces.push_back(json::array{p[0], p[1], p[2], p[3]});
   const std::vector<std::uint32_t> crc = chunk_checksums(j.bytes());
   json::object index{{"rank", j.rank},
-                     {"file", {{"name", bin},
-                               {"bytes", static_cast<std::int64_t>(j.size)},
-                               {"crc32c", json::array(crc.begin(), crc.end())}}},
+                     {"file",
+                      {{"name", bin},
+                       {"bytes", static_cast<std::int64_t>(j.size)},
+                       {"crc32c", json::array(crc.begin(), crc.end())}}},
                      {"pieces", std::move(pieces)}};
   replace_file((fs::path(j.staging) / rank_name(j.rank, "json")).string(), json::serialize(index));
   j.result.bytes = static_cast<std::int64_t>(j.size);
@@ -242,7 +246,8 @@ void commit(SaveJob& j) {
     CheckpointFile cf;
     cf.name = std::string(f.at("name").as_string());
     cf.bytes = f.at("bytes").to_number<std::int64_t>();
-    for (const auto& c : f.at("crc32c").as_array()) cf.crc32c.push_back(c.to_number<std::uint32_t>());
+    for (const auto& c : f.at("crc32c").as_array())
+      cf.crc32c.push_back(c.to_number<std::uint32_t>());
     const int file = static_cast<int>(m.files.size());
     m.files.push_back(std::move(cf));
     for (const auto& pv : o.at("pieces").as_array()) {
@@ -265,7 +270,8 @@ void commit(SaveJob& j) {
     fs::remove_all(aside, ec);
     if (::rename(final_path.c_str(), aside.c_str()) != 0) io_fail("move aside", final_path, errno);
   }
-  if (::rename(j.staging.c_str(), final_path.c_str()) != 0) io_fail("rename into place", final_path, errno);
+  if (::rename(j.staging.c_str(), final_path.c_str()) != 0)
+    io_fail("rename into place", final_path, errno);
   sync_dir(j.dir);
   if (!aside.empty()) fs::remove_all(aside, ec);
   replace_file((fs::path(j.dir) / "latest").string(), j.final_name + "\n");
@@ -319,7 +325,8 @@ struct Checkpointer::State {
 };
 
 Checkpointer::Checkpointer(Engine& engine, std::string folder, CheckpointOptions options)
-    : state_(std::make_unique<State>(State{engine, std::move(folder), options, nullptr, {}, {}, {}})) {
+    : state_(
+          std::make_unique<State>(State{engine, std::move(folder), options, nullptr, {}, {}, {}})) {
   if (state_->dir.empty()) throw Error("checkpoint folder: the name is empty");
   if (options.keep < 0) throw Error(cat("checkpoint keep must be >= 0, got ", options.keep));
 }
@@ -330,7 +337,9 @@ Checkpointer::~Checkpointer() {
     std::cerr << "zero: checkpoint: " << state_->job->error << '\n';
 }
 
-const std::string& Checkpointer::folder() const { return state_->dir; }
+const std::string& Checkpointer::folder() const {
+  return state_->dir;
+}
 
 std::optional<SaveResult> Checkpointer::wait() {
   if (!state_->job) return std::nullopt;
@@ -344,7 +353,9 @@ std::optional<SaveResult> Checkpointer::wait() {
   return job->result;
 }
 
-const std::vector<SaveResult>& Checkpointer::completed() const { return state_->completed; }
+const std::vector<SaveResult>& Checkpointer::completed() const {
+  return state_->completed;
+}
 
 void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
   (void)wait();
@@ -429,7 +440,8 @@ void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
     m.config = config_summary(s);
     m.trainer = json::serialize(trainer);
     for (const ParamLayout& p : s.layout.params)
-      m.params.push_back({p.name, p.shape, p.numel, s.layout.units[static_cast<std::size_t>(p.unit)].name});
+      m.params.push_back(
+          {p.name, p.shape, p.numel, s.layout.units[static_cast<std::size_t>(p.unit)].name});
   }
   j.result.path = (fs::path(j.dir) / j.final_name).string();
   j.result.step = step;

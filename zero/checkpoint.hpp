@@ -34,11 +34,11 @@ struct CheckpointOptions {
 
 // What one finished save did, as seen by this rank.
 struct SaveResult {
-  std::string path;            // the checkpoint folder
-  std::int64_t step = 0;       // optimizer steps in it
-  double stall_seconds = 0;    // the training thread's time inside save(): the copy to host
-  double write_seconds = 0;    // writing and syncing this rank's piece file
-  std::int64_t bytes = 0;      // this rank's piece file
+  std::string path;          // the checkpoint folder
+  std::int64_t step = 0;     // optimizer steps in it
+  double stall_seconds = 0;  // the training thread's time inside save(): the copy to host
+  double write_seconds = 0;  // writing and syncing this rank's piece file
+  std::int64_t bytes = 0;    // this rank's piece file
 };
 
 // Saves an engine's state into a folder of checkpoints. One per engine; every rank makes the

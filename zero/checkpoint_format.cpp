@@ -24,9 +24,12 @@ namespace json = boost::json;
 
 const char* name_of(StateTensor t) {
   switch (t) {
-    case StateTensor::master: return "master";
-    case StateTensor::exp_avg: return "exp_avg";
-    case StateTensor::exp_avg_sq: return "exp_avg_sq";
+    case StateTensor::master:
+      return "master";
+    case StateTensor::exp_avg:
+      return "exp_avg";
+    case StateTensor::exp_avg_sq:
+      return "exp_avg_sq";
   }
   return "?";
 }
@@ -69,9 +72,8 @@ std::uint32_t crc32c_soft(std::uint32_t crc, const unsigned char* p, std::size_t
     std::uint64_t w;
     std::memcpy(&w, p, 8);
     w ^= crc;
-    crc = t[7][w & 0xFF] ^ t[6][(w >> 8) & 0xFF] ^ t[5][(w >> 16) & 0xFF] ^
-          t[4][(w >> 24) & 0xFF] ^ t[3][(w >> 32) & 0xFF] ^ t[2][(w >> 40) & 0xFF] ^
-          t[1][(w >> 48) & 0xFF] ^ t[0][w >> 56];
+    crc = t[7][w & 0xFF] ^ t[6][(w >> 8) & 0xFF] ^ t[5][(w >> 16) & 0xFF] ^ t[4][(w >> 24) & 0xFF] ^
+          t[3][(w >> 32) & 0xFF] ^ t[2][(w >> 40) & 0xFF] ^ t[1][(w >> 48) & 0xFF] ^ t[0][w >> 56];
     p += 8;
     n -= 8;
   }
@@ -81,7 +83,7 @@ std::uint32_t crc32c_soft(std::uint32_t crc, const unsigned char* p, std::size_t
 
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) std::uint32_t crc32c_hw(std::uint32_t crc, const unsigned char* p,
-                                                           std::size_t n) {
+                                                          std::size_t n) {
   std::uint64_t c = crc;
   while (n >= 8) {
     std::uint64_t w;
@@ -138,7 +140,8 @@ std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::st
     const char* end = name.data() + name.size();
     auto [p, err] = std::from_chars(b, end, step);
     if (err != std::errc() || p != end || step < 0) continue;
-    if (fs::is_regular_file(e.path() / kCheckpointMeta, ec)) out.emplace_back(step, e.path().string());
+    if (fs::is_regular_file(e.path() / kCheckpointMeta, ec))
+      out.emplace_back(step, e.path().string());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -157,8 +160,10 @@ std::string find_checkpoint(const std::string& path) {
   for (const auto& e : fs::directory_iterator(path, ec))
     partial += e.path().filename().string().starts_with(".partial-") ||
                e.path().filename().string().starts_with("step_");
-  throw Error(cat("checkpoint ", path, ": holds no complete checkpoint (a checkpoint is complete "
-                  "once its ", kCheckpointMeta, " is in place",
+  throw Error(cat("checkpoint ", path,
+                  ": holds no complete checkpoint (a checkpoint is complete "
+                  "once its ",
+                  kCheckpointMeta, " is in place",
                   partial ? cat("; ", partial, " unfinished save", partial == 1 ? " is" : "s are",
                                 " there, which never completed")
                           : std::string(),
@@ -183,10 +188,12 @@ struct Reader {
   std::int64_t integer(const json::object& o, const char* key, std::int64_t least = 0) const {
     const json::value& v = at(o, key);
     std::int64_t x = 0;
-    if (v.is_int64()) x = v.get_int64();
+    if (v.is_int64())
+      x = v.get_int64();
     else if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(INT64_MAX))
       x = static_cast<std::int64_t>(v.get_uint64());
-    else fail(cat("\"", key, "\" is not an integer"));
+    else
+      fail(cat("\"", key, "\" is not an integer"));
     if (x < least) fail(cat("\"", key, "\" is ", x, ", below ", least));
     return x;
   }
@@ -222,8 +229,11 @@ std::string to_json(const CheckpointMeta& m) {
                         {"cur_hysteresis", m.loss_scaler->cur_hysteresis}};
   else
     o["loss_scaler"] = nullptr;
-  o["saved_by"] = {{"ranks", m.ranks}, {"stage", m.stage}, {"shard_ranks", m.shard_ranks},
-                   {"precision", m.precision}, {"zero_version", m.zero_version},
+  o["saved_by"] = {{"ranks", m.ranks},
+                   {"stage", m.stage},
+                   {"shard_ranks", m.shard_ranks},
+                   {"precision", m.precision},
+                   {"zero_version", m.zero_version},
                    {"saved_at", m.saved_at}};
   o["config"] = m.config.empty() ? json::value(json::object()) : json::parse(m.config);
   o["trainer"] = m.trainer.empty() ? json::value(json::object()) : json::parse(m.trainer);
@@ -236,8 +246,10 @@ std::string to_json(const CheckpointMeta& m) {
   json::array files;
   for (const auto& f : m.files) {
     json::array crc(f.crc32c.begin(), f.crc32c.end());
-    files.push_back({{"name", f.name}, {"bytes", f.bytes},
-                     {"chunk_bytes", kCheckpointChunkBytes}, {"crc32c", crc}});
+    files.push_back({{"name", f.name},
+                     {"bytes", f.bytes},
+                     {"chunk_bytes", kCheckpointChunkBytes},
+                     {"crc32c", crc}});
   }
   o["files"] = std::move(files);
   // One line a piece keeps the file readable and diffable.
@@ -300,7 +312,8 @@ CheckpointMeta meta_from_json(const std::string& text, const std::string& source
       if (__builtin_mul_overflow(prod, d.get_int64(), &prod))
         r.fail(cat("param '", cp.name, "': shape overflows"));
     }
-    if (prod != cp.numel) r.fail(cat("param '", cp.name, "': numel ", cp.numel, " is not its shape's"));
+    if (prod != cp.numel)
+      r.fail(cat("param '", cp.name, "': numel ", cp.numel, " is not its shape's"));
     m.params.push_back(std::move(cp));
   }
   for (const json::value& fv : r.array(o, "files")) {
@@ -323,11 +336,13 @@ CheckpointMeta meta_from_json(const std::string& text, const std::string& source
     m.files.push_back(std::move(cf));
   }
   for (const json::value& pv : r.array(o, "pieces")) {
-    if (!pv.is_array() || pv.get_array().size() != 5) r.fail("a piece is not [param, begin, count, file, offset]");
+    if (!pv.is_array() || pv.get_array().size() != 5)
+      r.fail("a piece is not [param, begin, count, file, offset]");
     std::int64_t f[5];
     for (int k = 0; k < 5; ++k) {
       const json::value& x = pv.get_array()[static_cast<std::size_t>(k)];
-      if (!x.is_int64() || x.get_int64() < 0) r.fail("a piece holds a value that is not an integer >= 0");
+      if (!x.is_int64() || x.get_int64() < 0)
+        r.fail("a piece holds a value that is not an integer >= 0");
       f[k] = x.get_int64();
     }
     CheckpointPiece p{static_cast<int>(f[0]), f[1], f[2], static_cast<int>(f[3]), f[4]};
@@ -373,7 +388,9 @@ CheckpointMeta read_checkpoint_meta(const std::string& folder) {
 // ---------------------------------------------------------------------------------------------
 
 CheckpointReader::CheckpointReader(std::string folder, const CheckpointMeta& meta)
-    : folder_(std::move(folder)), meta_(meta), fds_(meta.files.size(), -1),
+    : folder_(std::move(folder)),
+      meta_(meta),
+      fds_(meta.files.size(), -1),
       by_param_(meta.params.size()) {
   for (std::size_t i = 0; i < meta.pieces.size(); ++i)
     by_param_[static_cast<std::size_t>(meta.pieces[i].param)].push_back(i);  // sorted by begin
@@ -415,8 +432,8 @@ void CheckpointReader::read_file_range(int file, std::int64_t offset, std::span<
       chunk_.resize(static_cast<std::size_t>(chunk_size));
       std::int64_t got = 0;
       while (got < chunk_size) {
-        const ssize_t n = ::pread(fd, chunk_.data() + got, static_cast<std::size_t>(chunk_size - got),
-                                  chunk_begin + got);
+        const ssize_t n = ::pread(fd, chunk_.data() + got,
+                                  static_cast<std::size_t>(chunk_size - got), chunk_begin + got);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0)
           throw Error(cat(folder_, "/", f.name, ": read failed at byte ", chunk_begin + got, " (",
@@ -428,15 +445,16 @@ void CheckpointReader::read_file_range(int file, std::int64_t offset, std::span<
       bytes_read_ += chunk_size;
       if (crc32c(0, chunk_.data(), chunk_.size()) != f.crc32c[static_cast<std::size_t>(chunk)]) {
         chunk_file_ = -1;
-        throw Error(cat(folder_, "/", f.name, ": bytes ", chunk_begin, "..", chunk_begin + chunk_size,
+        throw Error(cat(folder_, "/", f.name, ": bytes ", chunk_begin, "..",
+                        chunk_begin + chunk_size,
                         " do not match their checksum: the file is corrupt (it holds param '",
                         meta_.params[static_cast<std::size_t>(param)].name, "')"));
       }
       chunk_file_ = file;
       chunk_index_ = chunk;
     }
-    const std::int64_t n =
-        std::min<std::int64_t>(chunk_begin + chunk_size - at, static_cast<std::int64_t>(out.size() - done));
+    const std::int64_t n = std::min<std::int64_t>(chunk_begin + chunk_size - at,
+                                                  static_cast<std::int64_t>(out.size() - done));
     std::memcpy(out.data() + done, chunk_.data() + (at - chunk_begin), static_cast<std::size_t>(n));
     done += static_cast<std::size_t>(n);
   }
@@ -454,14 +472,15 @@ void CheckpointReader::read(int param, StateTensor t, std::int64_t begin, std::s
     const CheckpointPiece& p = meta_.pieces[*it];
     const std::int64_t from = std::max(at, p.begin), to = std::min(end, p.begin + p.count);
     if (from >= to) continue;
-    auto dst = std::as_writable_bytes(out.subspan(static_cast<std::size_t>(from - begin),
-                                                  static_cast<std::size_t>(to - from)));
+    auto dst = std::as_writable_bytes(
+        out.subspan(static_cast<std::size_t>(from - begin), static_cast<std::size_t>(to - from)));
     read_file_range(p.file, p.offset_of(t) + (from - p.begin) * 4, dst, param);
     at = to;
   }
   if (at != end)
-    throw Error(cat("checkpoint ", folder_, ": param '", meta_.params[static_cast<std::size_t>(param)].name,
-                    "' has no elements ", at, "..", end));
+    throw Error(cat("checkpoint ", folder_, ": param '",
+                    meta_.params[static_cast<std::size_t>(param)].name, "' has no elements ", at,
+                    "..", end));
 }
 
 }  // namespace zero

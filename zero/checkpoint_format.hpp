@@ -28,11 +28,11 @@ struct CheckpointParam {
   std::string name;                 // the ParamSpec name: the key of the checkpoint
   std::vector<std::int64_t> shape;  // as registered
   std::int64_t numel = 0;
-  std::string unit;                 // the unit it was registered in (for reports only)
+  std::string unit;  // the unit it was registered in (for reports only)
 };
 
 struct CheckpointFile {
-  std::string name;                 // relative to the checkpoint folder, e.g. rank_00003.bin
+  std::string name;  // relative to the checkpoint folder, e.g. rank_00003.bin
   std::int64_t bytes = 0;
   std::vector<std::uint32_t> crc32c;  // one per kCheckpointChunkBytes chunk
 };
@@ -51,17 +51,17 @@ struct CheckpointPiece {
 
 struct CheckpointMeta {
   int version = kCheckpointVersion;
-  std::int64_t step = 0;            // optimizer steps applied (the learning-rate schedule's step)
-  std::int64_t skipped_steps = 0;   // steps skipped for non-finite gradients
+  std::int64_t step = 0;           // optimizer steps applied (the learning-rate schedule's step)
+  std::int64_t skipped_steps = 0;  // steps skipped for non-finite gradients
   std::int64_t consecutive_skipped = 0;
   std::optional<LossScalerState> loss_scaler;  // fp16 only
   // How the run that saved it was sharded (for reports; loading ignores it).
   int ranks = 1, stage = 0, shard_ranks = 1;
   std::string precision;
   std::string zero_version;
-  std::string saved_at;             // UTC, ISO 8601
-  std::string config;               // JSON object text: the settings the run trained with
-  std::string trainer;              // JSON object text: what the trainer saved (data position...)
+  std::string saved_at;  // UTC, ISO 8601
+  std::string config;    // JSON object text: the settings the run trained with
+  std::string trainer;   // JSON object text: what the trainer saved (data position...)
   std::vector<CheckpointParam> params;
   std::vector<CheckpointFile> files;
   std::vector<CheckpointPiece> pieces;  // sorted by (param, begin); they tile each param once

@@ -19,7 +19,8 @@ std::string agree(Engine::Impl& s, const std::string& mine, bool weak) {
   s.all_gather_host(buf, all.data(), kWords, DType::i64);
   for (const char level : {2, 1})
     for (int r = 0; r < s.agreeing_ranks(); ++r) {
-      const char* b = reinterpret_cast<const char*>(all.data() + kWords * static_cast<std::size_t>(r));
+      const char* b =
+          reinterpret_cast<const char*>(all.data() + kWords * static_cast<std::size_t>(r));
       if (b[0] != level) continue;
       const std::string m(b + 1, strnlen(b + 1, sizeof buf - 1));
       return m.starts_with("rank ") ? m : cat("rank ", r, ": ", m);
@@ -28,19 +29,22 @@ std::string agree(Engine::Impl& s, const std::string& mine, bool weak) {
 }
 
 void require_between_steps(const Engine::Impl& s, const char* what) {
-  if (s.options.count_only) throw Error(cat(what, ": a counting engine (count_only) holds no state"));
+  if (s.options.count_only)
+    throw Error(cat(what, ": a counting engine (count_only) holds no state"));
   bool idle = s.reduce_log.empty() && s.in_flight.empty();
   for (const UnitRun& u : s.units) idle = idle && u.reductions == 0;
   if (!idle)
-    throw Error(cat(what, " between optimizer steps only: reduce_grads was called since the last "
-                          "step(), so gradients are half accumulated"),
+    throw Error(cat(what,
+                    " between optimizer steps only: reduce_grads was called since the last "
+                    "step(), so gradients are half accumulated"),
                 {.rank = s.rank});
 }
 
 // Where element `unit_pos` of unit u (unit coordinates) lives in the optimizer-state buffers.
 std::int64_t state_index(const Engine::Impl& s, int u, std::int64_t unit_pos) {
   const auto& U = s.layout.units[static_cast<std::size_t>(u)];
-  return s.state_offset(u) + unit_pos - (s.policy.shard_optimizer ? U.shard_range(s.shard_rank).begin : 0);
+  return s.state_offset(u) + unit_pos -
+         (s.policy.shard_optimizer ? U.shard_range(s.shard_rank).begin : 0);
 }
 
 }  // namespace zero::checkpoint_detail

@@ -99,7 +99,8 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
       auto read = [&](int param, std::int64_t begin, std::int64_t count, std::int64_t at) {
         for (int t = 0; t < kStateTensors; ++t)
           reader.read(index_of[static_cast<std::size_t>(param)], static_cast<StateTensor>(t), begin,
-                      std::span(state[t]).subspan(static_cast<std::size_t>(at), static_cast<std::size_t>(count)));
+                      std::span(state[t]).subspan(static_cast<std::size_t>(at),
+                                                  static_cast<std::size_t>(count)));
       };
       for (int u = 0; u < static_cast<int>(s.layout.units.size()); ++u) {
         const auto& U = s.layout.units[static_cast<std::size_t>(u)];
@@ -114,10 +115,12 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
         }
       }
       for (const auto& v : state)  // a finite checkpoint only: the update check assumes it
-        if (const auto it = std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
+        if (const auto it =
+                std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
             it != v.end())
-          error = cat(out.path, ": a stored value is not finite (NaN or infinity) at state element ",
-                      it - v.begin(), " of this rank");
+          error =
+              cat(out.path, ": a stored value is not finite (NaN or infinity) at state element ",
+                  it - v.begin(), " of this rank");
     }
   } catch (const std::exception& e) {
     error = e.what();

@@ -65,7 +65,8 @@ std::int64_t micro_of(const RunSpec& spec, int n) {
 
 std::vector<std::vector<float>> masters(Engine& e) {
   std::vector<std::vector<float>> out;
-  for (int p = 0; p < static_cast<int>(e.layout().params.size()); ++p) out.push_back(e.gather_master(p));
+  for (int p = 0; p < static_cast<int>(e.layout().params.size()); ++p)
+    out.push_back(e.gather_master(p));
   return out;
 }
 
@@ -79,7 +80,8 @@ void init(Engine& e, const RunSpec& spec) {
   e.init_params([&](int p, std::span<float> out) { models::mlp_init(spec.shape, p, out); });
 }
 
-TEST_CASE("Resuming from a checkpoint gives bitwise the weights and losses of a run that never stopped") {
+TEST_CASE(
+    "Resuming from a checkpoint gives bitwise the weights and losses of a run that never stopped") {
   auto world = comm::make_mpi_communicator();
   const int n = world->size();
   for (int stage : {0, 1, 2, 3})
@@ -128,7 +130,8 @@ TEST_CASE("Resuming from a checkpoint gives bitwise the weights and losses of a 
 }
 
 // Rank 0's masters, broadcast to every rank of the world (ranks outside `e`'s group pass null).
-std::vector<std::vector<float>> broadcast_masters(Engine* e, const std::vector<std::int64_t>& sizes) {
+std::vector<std::vector<float>> broadcast_masters(Engine* e,
+                                                  const std::vector<std::int64_t>& sizes) {
   std::vector<std::vector<float>> out;
   if (e) out = masters(*e);
   out.resize(sizes.size());
@@ -139,7 +142,9 @@ std::vector<std::vector<float>> broadcast_masters(Engine* e, const std::vector<s
   return out;
 }
 
-TEST_CASE("A checkpoint loads at another rank count and stage with bitwise the saved master weights", "[4ranks]") {
+TEST_CASE(
+    "A checkpoint loads at another rank count and stage with bitwise the saved master weights",
+    "[4ranks]") {
   auto world = comm::make_mpi_communicator();
   REQUIRE(world->size() == 4);
   const int r = world->rank();
@@ -240,9 +245,10 @@ TEST_CASE("A checkpoint of another model is refused naming the parameter, and no
     int layers, width;
     const char* says;
   };
-  for (const Case& k : {Case{4, 24, "the model's params 'layer3.weight', 'layer3.bias' are not in the checkpoint"},
-                        Case{2, 24, "the checkpoint holds params 'layer2.bias', 'layer2.weight'"},
-                        Case{3, 25, "param 'layer0.weight' has shape [24, 24] in the checkpoint but [25, 25]"}}) {
+  for (const Case& k :
+       {Case{4, 24, "the model's params 'layer3.weight', 'layer3.bias' are not in the checkpoint"},
+        Case{2, 24, "the checkpoint holds params 'layer2.bias', 'layer2.weight'"},
+        Case{3, 25, "param 'layer0.weight' has shape [24, 24] in the checkpoint but [25, 25]"}}) {
     CAPTURE(k.layers, k.width);
     RunSpec other = spec;
     other.shape.layers = k.layers;
@@ -297,7 +303,9 @@ TEST_CASE("A folder without a complete checkpoint is refused in one sentence") {
   CHECK_THAT(load_error(*e, dir.path), Catch::Contains("1 unfinished save is there"));
 }
 
-TEST_CASE("A save that fails for a full disk names the file on every rank and keeps the last checkpoint") {
+TEST_CASE(
+    "A save that fails for a full disk names the file on every rank and keeps the last "
+    "checkpoint") {
   auto world = comm::make_mpi_communicator();
   const int n = world->size();
   RunSpec spec;
