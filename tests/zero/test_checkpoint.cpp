@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "tests/zero/engine_harness.hpp"
+#include "tests/zero/shared_temp_dir.hpp"
 #include "zero/zero.hpp"
 
 namespace zero {
@@ -17,30 +18,9 @@ namespace fs = std::filesystem;
 using testing::make_config;
 using testing::RunSpec;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-// A fresh folder that every rank names (made by rank 0, removed when the test case ends).
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char buf[256] = {};
-    if (world_rank() == 0) {
-      std::string t = (fs::temp_directory_path() / "zero-ckpt-XXXXXX").string();
-      REQUIRE(::mkdtemp(t.data()) != nullptr);
-      std::snprintf(buf, sizeof buf, "%s", t.c_str());
-    }
-    MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
-    path = buf;
-  }
-  ~TempDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    std::error_code ec;
-    if (world_rank() == 0) fs::remove_all(path, ec);
-  }
+using testing::world_rank;
+struct TempDir : testing::SharedTempDir {
+  TempDir() : SharedTempDir("zero-ckpt-") {}
 };
 
 // Trains steps [from, to) of the reference MLP (the same samples at any rank count).

@@ -15,6 +15,7 @@
 #include "models/gpt.hpp"
 #include "models/gpt_hf_names.hpp"
 #include "tests/zero/engine_harness.hpp"
+#include "tests/zero/shared_temp_dir.hpp"
 #include "zero/zero.hpp"
 
 namespace zero {
@@ -23,30 +24,9 @@ namespace fs = std::filesystem;
 using testing::make_config;
 using testing::RunSpec;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-// A fresh folder every rank names (made by rank 0, removed when the test case ends).
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char buf[256] = {};
-    if (world_rank() == 0) {
-      std::string t = (fs::temp_directory_path() / "zero-export-XXXXXX").string();
-      REQUIRE(::mkdtemp(t.data()) != nullptr);
-      std::snprintf(buf, sizeof buf, "%s", t.c_str());
-    }
-    MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
-    path = buf;
-  }
-  ~TempDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    std::error_code ec;
-    if (world_rank() == 0) fs::remove_all(path, ec);
-  }
+using testing::world_rank;
+struct TempDir : testing::SharedTempDir {
+  TempDir() : SharedTempDir("zero-export-") {}
 };
 
 EngineOptions quiet() {
