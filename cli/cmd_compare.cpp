@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -64,7 +65,10 @@ StageResult run_stage(const Run& run, const Flags& f, int stage, std::int64_t wa
   EngineOptions eo;
   eo.memory = where;
   eo.log = [](const std::string&) {};  // a skipped step shows in the loss; the table says the rest
-  Engine engine(config, world, model->units(), eo);
+  // A fresh communicator a run: its staging starts empty, as the plan assumes (another stage's
+  // run would have grown it).
+  const std::unique_ptr<comm::Communicator> own = world.split(0, rank);
+  Engine engine(config, *own, model->units(), eo);
   std::int64_t start = 0;
   if (!resume.empty()) {
     (void)load_checkpoint(engine, resume);
@@ -134,10 +138,41 @@ double mib(std::int64_t b) {
   return static_cast<double>(b) / 1048576.0;
 }
 
+// A row's key: the stage, and the --configs file when there are several.
+std::string key(const StageResult& r) {
+  return r.config.empty() ? std::to_string(r.stage) : cat(r.stage, " ", r.config);
+}
+
+// Whether the runs of each config agree bitwise across the stages, a line per config.
+std::string agreement(const std::vector<StageResult>& rs, bool* all_same = nullptr) {
+  std::string out;
+  bool every = true;
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    if (i > 0 && rs[i].config == rs[i - 1].config) continue;
+    bool same = true;
+    std::string sums;
+    for (const StageResult& r : rs)
+      if (r.config == rs[i].config) {
+        same &= r.checksum == rs[i].checksum;
+        sums += cat(sums.empty() ? "" : ", ", "stage ", r.stage, " ", hex16(r.checksum));
+      }
+    every &= same;
+    out +=
+        cat("weights after the run", rs[i].config.empty() ? "" : cat(" (", rs[i].config, ")"), ": ",
+            same ? cat("bitwise the same at every stage (checksum ", hex16(rs[i].checksum), ")")
+                 : cat("DIFFERENT across stages (", sums, ")"),
+            "\n");
+  }
+  if (all_same) *all_same = every;
+  return out;
+}
+
 void print_table(const std::vector<StageResult>& rs, const std::string& title, const Peak& peak,
                  bool tokens) {
+  int w = 6;
+  for (const StageResult& r : rs) w = std::max(w, static_cast<int>(key(r).size()));
   std::printf("\n%s\n\n", title.c_str());
-  std::printf("%-6s %10s %17s %12s %6s %9s %9s %9s %9s %9s %12s %12s\n", "stage", "step ms",
+  std::printf("%-*s %10s %17s %12s %6s %9s %9s %9s %9s %9s %12s %12s\n", w, "stage", "step ms",
               "min..max ms", tokens ? "tokens/s" : "samples/s", "MFU", "compute", "exposed",
               "optim", "comm ms", "MB/step", "peak MiB", "planned MiB");
   for (const StageResult& r : rs) {
@@ -145,14 +180,14 @@ void print_table(const std::vector<StageResult>& rs, const std::string& title, c
     for (const auto& o : r.per_step)
       comm_ms += 1e3 * o.seconds, mb += static_cast<double>(o.payload_bytes) / 1e6;
     std::printf(
-        "%-6d %10.2f %8.2f..%-8.2f %12.0f %5.1f%% %9.2f %9.2f %9.2f %9.2f %9.2f %12.2f %12.2f\n",
-        r.stage, 1e3 * r.median, 1e3 * r.fastest, 1e3 * r.slowest,
+        "%-*s %10.2f %8.2f..%-8.2f %12.0f %5.1f%% %9.2f %9.2f %9.2f %9.2f %9.2f %12.2f %12.2f\n", w,
+        key(r).c_str(), 1e3 * r.median, 1e3 * r.fastest, 1e3 * r.slowest,
         tokens ? r.tokens_per_second : r.samples_per_second, 100 * r.mfu, 1e3 * r.split.compute,
         1e3 * r.split.wait, 1e3 * r.split.optimizer, comm_ms, mb, mib(r.peak_most),
         mib(r.plan.peak_total));
   }
   std::printf("\nmemory per rank by category, measured (rank 0, MiB; planned in brackets)\n");
-  std::printf("%-6s %16s %16s %16s %16s %16s %16s\n", "stage", "params", "grads", "master",
+  std::printf("%-*s %16s %16s %16s %16s %16s %16s\n", w, "stage", "params", "grads", "master",
               "optimizer", "buffers", "activations");
   for (const StageResult& r : rs) {
     const MemoryReport& m = r.memory;
@@ -162,17 +197,17 @@ void print_table(const std::vector<StageResult>& rs, const std::string& title, c
       std::snprintf(b, sizeof b, "%.2f [%.2f]", mib(got), mib(want));
       return std::string(b);
     };
-    std::printf("%-6d %16s %16s %16s %16s %16s %16s\n", r.stage, cell(m.params, p.params).c_str(),
-                cell(m.grads, p.grads).c_str(), cell(m.master, p.master).c_str(),
-                cell(m.optimizer, p.optimizer).c_str(), cell(m.buffers, p.buffers).c_str(),
-                cell(m.activations, p.activations).c_str());
+    std::printf("%-*s %16s %16s %16s %16s %16s %16s\n", w, key(r).c_str(),
+                cell(m.params, p.params).c_str(), cell(m.grads, p.grads).c_str(),
+                cell(m.master, p.master).c_str(), cell(m.optimizer, p.optimizer).c_str(),
+                cell(m.buffers, p.buffers).c_str(), cell(m.activations, p.activations).c_str());
   }
   std::printf(
       "\ntraffic per step per rank (payload MB: reduce-scatter / all-gather / all-reduce; "
       "calls)\n");
   for (const StageResult& r : rs) {
     auto op = [&](comm::Op o) { return r.per_step[static_cast<std::size_t>(o)]; };
-    std::printf("  stage %d  %9.3f / %9.3f / %9.3f   %lld / %lld / %lld\n", r.stage,
+    std::printf("  stage %-*s  %9.3f / %9.3f / %9.3f   %lld / %lld / %lld\n", w, key(r).c_str(),
                 static_cast<double>(op(comm::Op::reduce_scatter).payload_bytes) / 1e6,
                 static_cast<double>(op(comm::Op::all_gather).payload_bytes) / 1e6,
                 static_cast<double>(op(comm::Op::all_reduce).payload_bytes) / 1e6,
@@ -180,14 +215,7 @@ void print_table(const std::vector<StageResult>& rs, const std::string& title, c
                 static_cast<long long>(op(comm::Op::all_gather).calls),
                 static_cast<long long>(op(comm::Op::all_reduce).calls));
   }
-  bool same = true;
-  for (const StageResult& r : rs) same &= r.checksum == rs.front().checksum;
-  std::string sums;
-  for (std::size_t i = 0; i < (same ? 1 : rs.size()); ++i)
-    sums += cat(i ? ", " : "", same ? "" : cat("stage ", rs[i].stage, " "), hex16(rs[i].checksum));
-  std::printf("\nweights after the run: %s (checksum%s %s)\n",
-              same ? "bitwise the same at every stage" : "DIFFERENT across stages", same ? "" : "s",
-              sums.c_str());
+  std::printf("\n%s", agreement(rs).c_str());
   if (peak.flops > 0) std::printf("MFU against %s\n", peak.source.c_str());
   std::printf(
       "exposed: the time the step waited on communication (the rest of the comm ms ran "
@@ -204,6 +232,7 @@ boost::json::object to_json(const StageResult& r) {
   const MemoryReport& m = r.memory;
   const PlanBytes& p = r.plan.device;
   return {{"stage", r.stage},
+          {"config", r.config},
           {"step_seconds", steps},
           {"median_seconds", r.median},
           {"min_seconds", r.fastest},
@@ -245,16 +274,21 @@ boost::json::object to_json(const StageResult& r) {
 int cmd_compare(const Args& argv) {
   namespace po = boost::program_options;
   Flags f;
-  std::string stages_text = "0,1,2,3", chart;
+  std::string stages_text = "0,1,2,3", chart, configs_text;
   std::int64_t warmup = 2;
   po::options_description opts(
       "zero compare options (the model, data and batch flags are zero train's)");
-  opts.add_options()("stages", po::value(&stages_text)->default_value("0,1,2,3"),
-                     "the stages to compare, in order")(
-      "warmup", po::value(&warmup)->default_value(2), "steps before the measured ones (not timed)")(
-      "chart", po::value(&chart),
-      "write the time split and the memory per stage to this SVG file (and a PNG beside it where "
-      "rsvg-convert is installed)");
+  // clang-format off
+  opts.add_options()
+      ("stages", po::value(&stages_text)->default_value("0,1,2,3"), "the stages to compare, in order")
+      ("warmup", po::value(&warmup)->default_value(2), "steps before the measured ones (not timed)")
+      ("configs", po::value(&configs_text),
+       "DeepSpeed-style config files, comma-separated: every stage runs under each (reduce "
+       "dtype, bucket sizes, prefetch, hierarchical groups...); the flags still override them")
+      ("chart", po::value(&chart),
+       "write the time split and the memory per stage to this SVG file (and a PNG beside it where "
+       "rsvg-convert is installed)");
+  // clang-format on
   add_train_options(opts, f);
   opts.add_options()("help,h", "show this help");
   const po::variables_map vm = parse_options(argv, opts);
@@ -267,6 +301,17 @@ int cmd_compare(const Args& argv) {
       throw Error(cat("--", train_only, " is zero train's; zero compare runs --stages (",
                       stages_text, ") from the same start and saves nothing"));
   const std::vector<int> stages = parse_stages(stages_text);
+  std::vector<std::string> configs;
+  if (vm.count("configs")) {
+    if (vm.count("config"))
+      throw Error("--config and --configs: give every file to compare in --configs");
+    std::stringstream in(configs_text);
+    for (std::string item; std::getline(in, item, ',');) {
+      if (item.empty()) throw Error(cat("--configs: an empty file name in '", configs_text, "'"));
+      (void)load_config(item);  // a bad file is one sentence, before ranks start
+      configs.push_back(item);
+    }
+  }
   if (warmup < 0) throw Error(cat("--warmup must be >= 0, got ", warmup));
   if (vm.count("chart") && chart.empty()) throw Error("--chart: the file name is empty");
   // --steps is the measured steps here; 8 unless given.
@@ -306,14 +351,21 @@ int cmd_compare(const Args& argv) {
   Peak peak;
   if (rank == 0 && run.gpt) peak = ranks_peak(on_gpu, n);
   std::vector<StageResult> results;
-  for (int stage : stages) {
-    if (rank == 0) {
-      std::printf("zero compare: stage %d: %lld warm-up + %lld measured steps\n", stage,
-                  static_cast<long long>(warmup), static_cast<long long>(run.steps));
-      std::fflush(stdout);
+  for (const std::string& file : configs.empty() ? std::vector<std::string>{""} : configs) {
+    Run variant = file.empty() ? run : resolve_run(f, vm, n, file);
+    variant.shape.seed = run.shape.seed;  // every config from the same weights and data order
+    const std::string label = file.empty() ? "" : std::filesystem::path(file).stem().string();
+    for (int stage : stages) {
+      if (rank == 0) {
+        std::printf("zero compare: stage %d%s: %lld warm-up + %lld measured steps\n", stage,
+                    label.empty() ? "" : cat(" (", file, ")").c_str(),
+                    static_cast<long long>(warmup), static_cast<long long>(run.steps));
+        std::fflush(stdout);
+      }
+      results.push_back(run_stage(variant, f, stage, warmup, run.steps, *world, on_gpu, peak,
+                                  resume, resume_step));
+      results.back().config = label;
     }
-    results.push_back(
-        run_stage(run, f, stage, warmup, run.steps, *world, on_gpu, peak, resume, resume_step));
   }
   if (rank != 0) return 0;
   const std::string what =
@@ -331,7 +383,7 @@ int cmd_compare(const Args& argv) {
     boost::json::array stages_json;
     for (const StageResult& r : results) stages_json.push_back(to_json(r));
     bool same = true;
-    for (const StageResult& r : results) same &= r.checksum == results.front().checksum;
+    (void)agreement(results, &same);
     boost::json::object j{{"what", what},
                           {"ranks", n},
                           {"warmup_steps", warmup},

@@ -55,16 +55,17 @@ std::string panel(const std::vector<StageResult>& rs,
     for (std::size_t k = 0; k < parts.size(); ++k) {
       const double v = values[i][k];
       if (v > 0)
-        out += cat("<rect x='", bx, "' y='", y(at + v), "' width='", bw, "' height='",
-                   y(at) - y(at + v), "' fill='", parts[k].color, "'><title>stage ", rs[i].stage,
-                   " ", parts[k].name, ": ", v, " ", unit, "</title></rect>\n");
+        out +=
+            cat("<rect x='", bx, "' y='", y(at + v), "' width='", bw, "' height='",
+                y(at) - y(at + v), "' fill='", parts[k].color, "'><title>", escape(rs[i].label()),
+                " ", parts[k].name, ": ", v, " ", unit, "</title></rect>\n");
       at += v;
     }
     if (i < markers.size() && markers[i] > 0)
       out += cat("<line x1='", bx - 4, "' y1='", y(markers[i]), "' x2='", bx + bw + 4, "' y2='",
                  y(markers[i]), "' stroke='black' stroke-dasharray='4 2'/>\n");
-    out += cat("<text x='", bx + bw / 2, "' y='", bottom + 16, "' text-anchor='middle'>stage ",
-               rs[i].stage, "</text>\n");
+    out += cat("<text x='", bx + bw / 2, "' y='", bottom + 16, "' text-anchor='middle'>",
+               escape(rs[i].label()), "</text>\n");
   }
   for (std::size_t k = 0; k < parts.size(); ++k)  // legend
     out += cat("<rect x='", left + 8, "' y='", bottom + 28 + 16 * k,

@@ -15,6 +15,10 @@ namespace zero::cli {
 
 struct StageResult {
   int stage = 0;
+  std::string config;  // the --configs file's name, or empty
+  std::string label() const {
+    return config.empty() ? cat("stage ", stage) : cat(stage, " ", config);
+  }
   std::vector<double> step_seconds;  // each measured step
   StepSplit split;                   // means over the measured steps (wait: exposed communication)
   double median = 0, fastest = 0, slowest = 0;

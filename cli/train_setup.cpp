@@ -99,69 +99,70 @@ bool use_gpu(const std::string& device) {
 
 void add_train_options(boost::program_options::options_description& opts, Flags& f) {
   namespace po = boost::program_options;
-  opts.add_options()(
-      "model", po::value(&f.model)->default_value("mlp"),
-      "model to train: mlp (a synthetic teacher) or gpt (GPT-2's architecture on a token file)")(
-      "preset", po::value(&f.preset)->default_value("gpt-nano"),
-      "the GPT's shape (`zero plan --list-presets`; gpt-micro and gpt-nano are byte-level)")(
-      "data", po::value(&f.data),
-      "the GPT's token file: an llm.c shard (.bin, header 20240520) or nanoGPT's train.bin")(
-      "compute", po::value(&f.compute),
-      "the GPT's math: bf16 (GEMM inputs and kept activations in bf16, fp32 accumulation; the "
-      "default with bf16 params) or fp32")(
-      "device", po::value(&f.device)->default_value("auto"),
-      "cpu (MPI, host memory), cuda (one GPU per rank, NCCL, cuBLASLt) or auto: cuda when every "
-      "rank on a node has a GPU of its own, else cpu")(
-      "ranks,n", po::value(&f.ranks), "ranks (outside an MPI job: relaunch under mpirun)")(
-      "stage", po::value(&f.stage), "ZeRO stage 0..3 (overrides the config)")(
-      "steps", po::value(&f.steps)->default_value(20), "optimizer steps")(
-      "seed", po::value(&f.seed),
-      "seed of weights, teacher and data (default 1, or the config's seed)")(
-      "layers", po::value(&f.layers)->default_value(4), "MLP layers (one unit each)")(
-      "width", po::value(&f.width)->default_value(512), "MLP width")(
-      "global-batch", po::value(&f.global_batch),
-      "samples per step over all ranks (train_batch_size; default 64 unless the config gives "
-      "a batch size)")("micro-batch", po::value(&f.micro_batch),
-                       "samples per rank per micro-batch (train_micro_batch_size_per_gpu)")(
-      "accum", po::value(&f.accum), "micro-batches per step (gradient_accumulation_steps)")(
-      "precision", po::value(&f.precision), "bf16 (default), fp16 or fp32")(
-      "reduce-dtype", po::value(&f.reduce),
-      "gradient reduce dtype: fp32 (default) or the training dtype")(
-      "lr", po::value(&f.lr), "learning rate (overrides the config)")(
-      "clip", po::value(&f.clip), "gradient clipping max norm, 0 = off (overrides the config)")(
-      "overlap", "overlap gradient reduction with backward (zero_optimization.overlap_comm)")(
-      "reduce-bucket-size", po::value(&f.reduce_bucket),
-      "gradient elements reduced per collective, whole units (zero_optimization."
-      "reduce_bucket_size; default 5e8, or the config's)")(
-      "shard-size", po::value(&f.shard_size),
-      "hierarchical sharding: shard the states over groups of this many ranks, replicated "
-      "across the groups (zero_optimization.mics_shard_size; default: all ranks)")(
-      "hpz", po::value(&f.hpz),
-      "stage 3: keep a secondary copy of the params sharded over groups of this many ranks so "
-      "that backward gathers stay inside them (zero_optimization.zero_hpz_partition_size)")(
-      "allgather-bucket-size", po::value(&f.allgather_bucket),
-      "new-param elements all-gathered per collective after the step, stages 1-2 (zero_"
-      "optimization.allgather_bucket_size; default 5e8, or the config's)")(
-      "timeout", po::value(&f.timeout),
-      "seconds a collective may make no progress before the job fails (default: the config's "
-      "comm_timeout, 600)")("config", po::value(&f.config_file),
-                            "DeepSpeed-style JSON config file")(
-      "json", po::value(&f.json_file), "write a JSON summary to this file")(
-      "plot", po::value(&f.plot_file), "write the loss against the step to this SVG file")(
-      "log-every", po::value(&f.log_every),
-      "print the loss every this many steps (default 1, or the config's steps_per_print)")(
-      "save", po::value(&f.ckpt.save),
-      "write checkpoints into this folder (DIR/step_NNNNNNNN, DIR/latest; docs/checkpoints.md): "
-      "at the end, and every --save-every steps")("save-every", po::value(&f.ckpt.save_every),
-                                                  "also save every this many steps")(
-      "keep", po::value(&f.ckpt.keep), "keep only the newest this many checkpoints (default: all)")(
-      "save-sync", "write checkpoints in the training loop instead of in the background")(
-      "init", po::value(&f.init),
-      "start from the weights in this safetensors file (`zero ckpt export`'s, or Hugging Face "
-      "GPT-2's model.safetensors for the GPT); Adam's moments start at zero, the step at 0")(
-      "resume", po::value(&f.ckpt.resume),
-      "continue from a checkpoint (a step_* folder, or a --save folder: its newest complete one), "
-      "at any rank count and stage; --steps counts from the run's start");
+  // clang-format off
+  opts.add_options()
+      ("model", po::value(&f.model)->default_value("mlp"),
+       "model to train: mlp (a synthetic teacher) or gpt (GPT-2's architecture on a token file)")
+      ("preset", po::value(&f.preset)->default_value("gpt-nano"),
+       "the GPT's shape (`zero plan --list-presets`; gpt-micro and gpt-nano are byte-level)")
+      ("data", po::value(&f.data),
+       "the GPT's token file: an llm.c shard (.bin, header 20240520) or nanoGPT's train.bin")
+      ("compute", po::value(&f.compute),
+       "the GPT's math: bf16 (GEMM inputs and kept activations in bf16, fp32 accumulation; the "
+       "default with bf16 params) or fp32")
+      ("device", po::value(&f.device)->default_value("auto"),
+       "cpu (MPI, host memory), cuda (one GPU per rank, NCCL, cuBLASLt) or auto: cuda when every "
+       "rank on a node has a GPU of its own, else cpu")
+      ("ranks,n", po::value(&f.ranks), "ranks (outside an MPI job: relaunch under mpirun)")
+      ("stage", po::value(&f.stage), "ZeRO stage 0..3 (overrides the config)")
+      ("steps", po::value(&f.steps)->default_value(20), "optimizer steps")
+      ("seed", po::value(&f.seed), "seed of weights, teacher and data (default 1, or the config's seed)")
+      ("layers", po::value(&f.layers)->default_value(4), "MLP layers (one unit each)")
+      ("width", po::value(&f.width)->default_value(512), "MLP width")
+      ("global-batch", po::value(&f.global_batch),
+       "samples per step over all ranks (train_batch_size; default 64 unless the config gives "
+       "a batch size)")
+      ("micro-batch", po::value(&f.micro_batch),
+       "samples per rank per micro-batch (train_micro_batch_size_per_gpu)")
+      ("accum", po::value(&f.accum), "micro-batches per step (gradient_accumulation_steps)")
+      ("precision", po::value(&f.precision), "bf16 (default), fp16 or fp32")
+      ("reduce-dtype", po::value(&f.reduce), "gradient reduce dtype: fp32 (default) or the training dtype")
+      ("lr", po::value(&f.lr), "learning rate (overrides the config)")
+      ("clip", po::value(&f.clip), "gradient clipping max norm, 0 = off (overrides the config)")
+      ("overlap", "overlap gradient reduction with backward (zero_optimization.overlap_comm)")
+      ("reduce-bucket-size", po::value(&f.reduce_bucket),
+       "gradient elements reduced per collective, whole units (zero_optimization."
+       "reduce_bucket_size; default 5e8, or the config's)")
+      ("shard-size", po::value(&f.shard_size),
+       "hierarchical sharding: shard the states over groups of this many ranks, replicated "
+       "across the groups (zero_optimization.mics_shard_size; default: all ranks)")
+      ("hpz", po::value(&f.hpz),
+       "stage 3: keep a secondary copy of the params sharded over groups of this many ranks so "
+       "that backward gathers stay inside them (zero_optimization.zero_hpz_partition_size)")
+      ("allgather-bucket-size", po::value(&f.allgather_bucket),
+       "new-param elements all-gathered per collective after the step, stages 1-2 (zero_"
+       "optimization.allgather_bucket_size; default 5e8, or the config's)")
+      ("timeout", po::value(&f.timeout),
+       "seconds a collective may make no progress before the job fails (default: the config's "
+       "comm_timeout, 600)")
+      ("config", po::value(&f.config_file), "DeepSpeed-style JSON config file")
+      ("json", po::value(&f.json_file), "write a JSON summary to this file")
+      ("plot", po::value(&f.plot_file), "write the loss against the step to this SVG file")
+      ("log-every", po::value(&f.log_every),
+       "print the loss every this many steps (default 1, or the config's steps_per_print)")
+      ("save", po::value(&f.ckpt.save),
+       "write checkpoints into this folder (DIR/step_NNNNNNNN, DIR/latest; docs/checkpoints.md): "
+       "at the end, and every --save-every steps")
+      ("save-every", po::value(&f.ckpt.save_every), "also save every this many steps")
+      ("keep", po::value(&f.ckpt.keep), "keep only the newest this many checkpoints (default: all)")
+      ("save-sync", "write checkpoints in the training loop instead of in the background")
+      ("init", po::value(&f.init),
+       "start from the weights in this safetensors file (`zero ckpt export`'s, or Hugging Face "
+       "GPT-2's model.safetensors for the GPT); Adam's moments start at zero, the step at 0")
+      ("resume", po::value(&f.ckpt.resume),
+       "continue from a checkpoint (a step_* folder, or a --save folder: its newest complete one), "
+       "at any rank count and stage; --steps counts from the run's start");
+  // clang-format on
 }
 
 // The flags alone, before any file is read.
@@ -290,12 +291,13 @@ void check_host_memory(const Run& run, int world, int ranks_here, bool on_gpu) {
 
 // Flags over the config over zero train's defaults; `world` is the rank count when known (0
 // before a relaunch without -n inside a job: then the batch is resolved later, once MPI runs).
-Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm, int world) {
+Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm, int world,
+                const std::string& config_file) {
   Run run;
   Config& config = run.config;
-  const bool from_file = vm.count("config") > 0;
+  const bool from_file = vm.count("config") > 0 || !config_file.empty();
   if (from_file) {
-    config = load_config(f.config_file);
+    config = load_config(config_file.empty() ? f.config_file : config_file);
   } else {  // zero train's own defaults, where a config file would give its own
     config.precision = Precision::bf16;
     config.optimizer.lr = 3e-3;

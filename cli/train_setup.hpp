@@ -50,7 +50,9 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
 
 // Flags over the config over zero train's defaults; `world` is the rank count when known (0
 // before a relaunch without -n inside a job: then the batch is resolved later, once MPI runs).
-Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm, int world);
+// config_file: read this config instead of --config's (zero compare's --configs).
+Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm, int world,
+                const std::string& config_file = "");
 
 // The model's units as the engine will register them, before any model or data is loaded.
 std::vector<UnitSpec> units_of(const Run& run);

@@ -95,6 +95,33 @@ with tempfile.TemporaryDirectory() as tmp:
           "bitwise the same at every stage" in r.stdout and
           re.findall(r"^([0-3])\s+[\d.]+\s+[\d.]+\.\.", r.stdout, re.M) == ["3", "0"], r.stdout + r.stderr)
 
+    # A list of configs: every stage under each, each config's weights agreeing across stages.
+    red, hier = os.path.join(tmp, "bf16red.json"), os.path.join(tmp, "hier.json")
+    with open(red, "w") as f:
+        json.dump({"bf16": {"enabled": True}, "communication_data_type": "bf16"}, f)
+    with open(hier, "w") as f:
+        json.dump({"bf16": {"enabled": True}, "zero_optimization": {"mics_shard_size": 2}}, f)
+    js2 = os.path.join(tmp, "cfg.json")
+    r = zero("compare", *gpt, "--stages", "1,3", "--warmup", "0", "--steps", "2", "--configs",
+             f"{red},{hier}", "--json", js2)
+    check("--configs runs every stage under each config",
+          r.returncode == 0 and re.findall(r"^([0-3] \w+)\s+[\d.]+\s+[\d.]+\.\.", r.stdout, re.M) ==
+          ["1 bf16red", "3 bf16red", "1 hier", "3 hier"], r.stdout + r.stderr)
+    if r.returncode == 0:
+        with open(js2) as f:
+            c = json.load(f)["stages"]
+        ops = {(x["config"], x["stage"]): x["collectives_per_step"] for x in c}
+        check("--configs: each config's weights agree across its stages",
+              "weights after the run (bf16red): bitwise the same" in r.stdout and
+              "weights after the run (hier): bitwise the same" in r.stdout, r.stdout)
+        check("--configs: memory equals the plan in every row (a fresh communicator each run)",
+              all(x["memory_measured"][k] == x["memory_planned"][k] for x in c
+                  for k in ("buffers", "peak_total")), json.dumps(c)[:600])
+        check("--configs: hierarchical sharding adds the all-reduce across its groups",
+              ops[("hier", 1)]["all_reduce"]["payload_bytes"] > 0 and
+              ops[("bf16red", 1)]["all_reduce"]["payload_bytes"] == 0, str(ops))
+    check(*one_error("--config with --configs is refused",
+                     zero("compare", "--config", red, "--configs", red), "--configs"))
     check(*one_error("a stage outside 0..3 is refused", zero("compare", "--stages", "0,5"), "--stages"))
     check(*one_error("--stage (zero train's) is refused", zero("compare", "--stage", "2"),
                      "--stage is zero train's"))
