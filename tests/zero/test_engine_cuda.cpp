@@ -7,6 +7,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
+#include <mpi.h>
 
 #include "comm/nccl_communicator.hpp"
 #include "kernels/cuda/device.hpp"
@@ -114,4 +118,48 @@ TEST_CASE("The planner's model states equal the device ledger's") {
     CHECK(r.plan.device.activations == r.memory.activations);
     CHECK(std::abs(double(r.plan.peak_total - r.memory.peak_total)) <= 0.02 * r.memory.peak_total);
   }
+}
+
+TEST_CASE("A checkpoint saved from GPU memory loads bitwise into a CPU engine, and back") {
+  auto gpu = comm::make_nccl_communicator(MPI_COMM_WORLD);
+  auto cpu = comm::make_mpi_communicator();
+  models::MlpShape shape{3, 64, 32, 5};
+  Config c;
+  c.zero.stage = 3;
+  c.optimizer.lr = 1e-2;
+  c.zero.stage3_param_persistence_threshold = 0;
+  char buf[256] = {};
+  if (cpu->rank() == 0) {
+    std::string t = "/tmp/zero-ckpt-gpu-XXXXXX";
+    REQUIRE(::mkdtemp(t.data()) != nullptr);
+    std::snprintf(buf, sizeof buf, "%s", t.c_str());
+  }
+  MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
+  const std::string dir = buf;
+  const int n = cpu->size(), r = cpu->rank();
+  const std::int64_t micro = shape.global_batch / n;
+  auto run = [&](comm::Communicator& w, comm::Memory where, const std::string& from,
+                 const std::string& to, int steps) {
+    EngineOptions eo;
+    eo.memory = where;
+    Engine e(c, w, models::mlp_units(shape), eo);
+    if (from.empty())
+      e.init_params([&](int p, std::span<float> out) { models::mlp_init(shape, p, out); });
+    else
+      load_checkpoint(e, from);
+    models::MlpTrainer t(shape, micro, where);
+    for (int s = 0; s < steps; ++s) {
+      t.micro_batch(e, s * shape.global_batch + r * micro);
+      e.step();
+    }
+    if (!to.empty()) Checkpointer(e, to).save();
+    return e.master_checksum();
+  };
+  const std::uint64_t on_gpu = run(*gpu, comm::Memory::device, "", dir + "/a", 3);
+  // The CPU engine loads the GPU's state: the same master weights.
+  CHECK(run(*cpu, comm::Memory::host, dir + "/a", dir + "/b", 0) == on_gpu);
+  // And the GPU engine loads the CPU's save of it: still the same.
+  CHECK(run(*gpu, comm::Memory::device, dir + "/b", "", 0) == on_gpu);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (r == 0) std::system(("rm -rf " + dir).c_str());
 }
