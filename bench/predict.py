@@ -113,9 +113,10 @@ def calibrate(a, n, measured, bus, latency, tmp, nodes=1, inter=None, extra=()):
     base = os.path.join(tmp, "base.json")
     with open(base, "w") as f:
         json.dump({"name": "probe", "base": "h200", "gpus_per_node": n // nodes}, f)
-    probe = plan(a, n, base, tmp, extra)[0]["time"]
+    stage0 = plan(a, n, base, tmp, extra)[0]
+    probe = stage0["time"]
     flops_per_rank = probe["flops_per_step"] / n
-    owned = probe["optimizer_seconds"] * 4.8e12 * 0.8 / probe["optimizer_bytes_per_param"]
+    owned = stage0["master_bytes"] / 4  # the fp32 master: the params this rank updates
     opt_bw = owned * probe["optimizer_bytes_per_param"] / max(s0["split"]["optimizer"], 1e-9)
     prof = {"name": f"this machine, {n} ranks", "base": "h200",
             "peak_tflops": peak / 1e12, "compute_efficiency": 1.0,

@@ -128,12 +128,6 @@ StageResult run_stage(const Run& run, const Flags& f, int stage, std::int64_t wa
   return r;
 }
 
-std::string hex16(std::uint64_t v) {
-  char b[17];
-  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
 double mib(std::int64_t b) {
   return static_cast<double>(b) / 1048576.0;
 }
@@ -317,7 +311,6 @@ int cmd_compare(const Args& argv) {
   // --steps is the measured steps here; 8 unless given.
   if (vm["steps"].defaulted()) f.steps = 8;
   check_flags(f, vm);
-  f.ckpt.save.clear();
   const int asked = vm.count("ranks") ? f.ranks : in_mpi_job() ? 0 : 1;
   const double timeout = before_launch(f, vm, asked, false);
   if (asked > 0) ensure_ranks(asked, argv);

@@ -36,12 +36,6 @@
 namespace zero::cli {
 namespace {
 
-std::string hex16(std::uint64_t v) {
-  char b[17];
-  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
 // "  MFU 36.0%": a fraction as a percentage with one decimal.
 std::string percent(const char* label, double fraction) {
   char b[48];

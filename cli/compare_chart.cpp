@@ -1,9 +1,14 @@
 // zero compare's chart (cli/compare_chart.hpp).
 #include "cli/compare_chart.hpp"
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>  // environ
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -74,6 +79,25 @@ std::string panel(const std::vector<StageResult>& rs,
   return out;
 }
 
+// Runs argv (found on PATH) with its output discarded; true when it ran and exited 0.
+bool run_quietly(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t quiet;
+  posix_spawn_file_actions_init(&quiet);
+  posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&quiet, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  const int failed = posix_spawnp(&pid, args[0], &quiet, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&quiet);
+  if (failed) return false;  // not installed
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 }  // namespace
 
 std::string compare_svg(const std::vector<StageResult>& rs, const std::string& title) {
@@ -119,12 +143,12 @@ std::vector<std::string> write_compare_chart(const std::vector<StageResult>& res
   std::vector<std::string> written{path};
   const std::string png = std::filesystem::path(path).replace_extension(".png").string();
   if (png == path) return written;
-  // A converter, where one is installed: rsvg-convert (librsvg2-bin), else ImageMagick.
-  for (const std::string& command :
-       {cat("rsvg-convert -o '", png, "' '", path, "'"), cat("convert '", path, "' '", png, "'")}) {
-    const std::string tool = command.substr(0, command.find(' '));
-    if (std::system(cat("command -v ", tool, " >/dev/null 2>&1").c_str()) != 0) continue;
-    if (std::system(cat(command, " >/dev/null 2>&1").c_str()) == 0) {
+  // A converter, where one is installed: rsvg-convert (librsvg2-bin), else ImageMagick. Run
+  // without a shell, so that no file name is ever read as shell syntax.
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"rsvg-convert", "-o", png, path},
+        std::vector<std::string>{"convert", path, png}}) {
+    if (run_quietly(command)) {
       written.push_back(png);
       break;
     }

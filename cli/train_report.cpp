@@ -73,6 +73,12 @@ Throughput StepClock::result(std::int64_t global_batch, std::int64_t tokens_per_
   return t;
 }
 
+std::string hex16(std::uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
 std::string loss_svg(const std::vector<StepRecord>& history, const std::string& title) {
   const double W = 640, H = 400, left = 60, right = 20, top = 40, bottom = 50;
   double lo = 0, hi = 1;
@@ -89,8 +95,8 @@ std::string loss_svg(const std::vector<StepRecord>& history, const std::string& 
   auto y = [&](double v) { return top + (H - top - bottom) * (hi - v) / (hi - lo); };
   std::string out = cat("<svg xmlns='http://www.w3.org/2000/svg' width='", W, "' height='", H,
                         "' font-family='sans-serif' font-size='12'>\n<rect width='100%' "
-                        "height='100%' fill='white'/>\n<text x='", left, "' y='24' font-size='14'>",
-                        escaped, "</text>\n");
+                        "height='100%' fill='white'/>\n<text x='",
+                        left, "' y='24' font-size='14'>", escaped, "</text>\n");
   out += cat("<line x1='", left, "' y1='", H - bottom, "' x2='", W - right, "' y2='", H - bottom,
              "' stroke='black'/>\n<line x1='", left, "' y1='", top, "' x2='", left, "' y2='",
              H - bottom, "' stroke='black'/>\n");
@@ -98,8 +104,8 @@ std::string loss_svg(const std::vector<StepRecord>& history, const std::string& 
     const double v = lo + (hi - lo) * k / 4;
     char label[32];
     std::snprintf(label, sizeof label, "%.3g", v);
-    out += cat("<text x='", left - 6, "' y='", y(v) + 4, "' text-anchor='end'>", label,
-               "</text>\n");
+    out +=
+        cat("<text x='", left - 6, "' y='", y(v) + 4, "' text-anchor='end'>", label, "</text>\n");
   }
   out += cat("<text x='", (W + left) / 2, "' y='", H - 12, "' text-anchor='middle'>step (1 to ",
              history.size(), ")</text>\n<text x='14' y='", (H + top) / 2,
@@ -125,7 +131,8 @@ std::string progress_line(std::int64_t done, std::int64_t total, double elapsed,
     std::snprintf(b, sizeof b, "%lld:%02lld", t / 60, t % 60);
     return std::string(b);
   };
-  const double eta = done > 0 ? elapsed * static_cast<double>(total - done) / static_cast<double>(done) : 0;
+  const double eta =
+      done > 0 ? elapsed * static_cast<double>(total - done) / static_cast<double>(done) : 0;
   char tail[64];
   std::snprintf(tail, sizeof tail, "  loss %.4f", loss);
   return cat("[", bar, "] ", done, "/", total, "  ", clock(elapsed), " elapsed, ETA ", clock(eta),
@@ -134,9 +141,10 @@ std::string progress_line(std::int64_t done, std::int64_t total, double elapsed,
 
 void print_throughput(const Throughput& t, std::string (*human_bytes)(double)) {
   if (t.steps > 1)
-    std::printf("\nthroughput: %.1f samples/s (steady state: steps 2-%lld, the first step left "
-                "out)\n",
-                t.samples_per_second, static_cast<long long>(t.steps));
+    std::printf(
+        "\nthroughput: %.1f samples/s (steady state: steps 2-%lld, the first step left "
+        "out)\n",
+        t.samples_per_second, static_cast<long long>(t.steps));
   else
     std::printf("\nthroughput: %.1f samples/s (one step: the first step is all there is)\n",
                 t.samples_per_second);
@@ -158,8 +166,9 @@ void print_throughput(const Throughput& t, std::string (*human_bytes)(double)) {
   for (std::size_t i = 0; i < std::size(parts); ++i)
     std::printf("%s %s %.2f ms (%.1f%%)", i ? " +" : "", parts[i].first, 1e3 * parts[i].second,
                 s.total > 0 ? 100.0 * parts[i].second / s.total : 0.0);
-  std::printf("\n  (wait: issuing collectives and blocked on what overlap did not hide; optimizer: "
-              "step() and zeroing gradients; other: the rest)\n");
+  std::printf(
+      "\n  (wait: issuing collectives and blocked on what overlap did not hide; optimizer: "
+      "step() and zeroing gradients; other: the rest)\n");
   std::printf("collectives per step (rank 0)  %8s %12s %12s %12s\n", "calls", "payload", "wire",
               "in flight");
   const double n = static_cast<double>(t.measured_steps);

@@ -33,16 +33,16 @@ struct StepRecord {
 struct Throughput {
   std::int64_t steps = 0, measured_steps = 0;
   double samples_per_second = 0;
-  double tokens_per_second = 0;   // samples/s x tokens per sample (the GPT's; 0 for the MLP)
-  double flops_per_token = 0;     // model FLOPs per token of a training step (0: not reported)
-  double peak_flops = 0;          // what MFU is measured against: the ranks' cores' measured
-                                  // fp32 FMA peak on the CPU (0: unknown)
-  std::string peak_source;        // how peak_flops was found, for the report
+  double tokens_per_second = 0;  // samples/s x tokens per sample (the GPT's; 0 for the MLP)
+  double flops_per_token = 0;    // model FLOPs per token of a training step (0: not reported)
+  double peak_flops = 0;         // what MFU is measured against: the ranks' cores' measured
+                                 // fp32 FMA peak on the CPU (0: unknown)
+  std::string peak_source;       // how peak_flops was found, for the report
   double mfu() const {
     return peak_flops > 0 ? tokens_per_second * flops_per_token / peak_flops : 0;
   }
-  StepSplit step;            // means over the measured steps
-  comm::Accounting collectives;  // totals over the measured steps
+  StepSplit step;                   // means over the measured steps
+  comm::Accounting collectives;     // totals over the measured steps
   std::vector<StepRecord> history;  // every step, the first included
 };
 
@@ -71,6 +71,9 @@ class StepClock {
   comm::Accounting after_first_;
   std::vector<StepRecord> history_;
 };
+
+// A weights checksum as zero prints it: 16 hex digits.
+std::string hex16(std::uint64_t v);
 
 // The loss against the step (--plot FILE.svg): hand-written SVG, no plotting library.
 std::string loss_svg(const std::vector<StepRecord>& history, const std::string& title);

@@ -24,7 +24,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <boost/json.hpp>
 #include <cerrno>
 #include <chrono>
@@ -59,13 +58,17 @@ double since(Clock::time_point t) {
 
 // --- files ------------------------------------------------------------------------------------
 
-// ZERO_CKPT_FAIL_AFTER_BYTES=N (a test hook, docs/checkpoints.md): each save's writes on this
-// process fail with ENOSPC once N bytes of it have been written, as on a full disk.
-std::int64_t injected_limit() {
-  const char* v = std::getenv("ZERO_CKPT_FAIL_AFTER_BYTES");
-  return v ? std::atoll(v) : -1;
-}
-std::atomic<std::int64_t> g_written{0};  // bytes the save in flight wrote (the hook only)
+// ZERO_CKPT_FAIL_AFTER_BYTES=N (a test hook, docs/checkpoints.md): a save's writes on this
+// process fail with ENOSPC once N bytes of it have been written, as on a full disk. Read when
+// save() is called; each save counts its own bytes.
+struct WriteBudget {
+  std::int64_t limit = -1;  // -1: no limit
+  std::int64_t written = 0;
+  static WriteBudget from_environment() {
+    const char* v = std::getenv("ZERO_CKPT_FAIL_AFTER_BYTES");
+    return {v ? std::atoll(v) : -1, 0};
+  }
+};
 
 struct Fd {
   int fd = -1;
@@ -79,23 +82,24 @@ struct Fd {
                   err == ENOSPC ? " (the disk is full)" : ""));
 }
 
-void write_file(const std::string& path, std::span<const std::byte> data, bool injectable = true) {
+// Creates or truncates `path`, writes `data` and fsyncs it. budget: the test hook's count, or
+// null for a write the hook must not fail (the note of a failure).
+void write_file(const std::string& path, std::span<const std::byte> data, WriteBudget* budget) {
   Fd f;
   f.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (f.fd < 0) io_fail("create", path, errno);
-  const std::int64_t limit = injectable ? injected_limit() : -1;
   std::size_t done = 0;
   while (done < data.size()) {
     std::size_t n = std::min<std::size_t>(data.size() - done, std::size_t{8} << 20);
-    if (limit >= 0) {
-      if (g_written >= limit) io_fail("write", path, ENOSPC);
-      n = std::min<std::size_t>(n, static_cast<std::size_t>(limit - g_written));
+    if (budget && budget->limit >= 0) {
+      if (budget->written >= budget->limit) io_fail("write", path, ENOSPC);
+      n = std::min<std::size_t>(n, static_cast<std::size_t>(budget->limit - budget->written));
     }
     const ssize_t w = ::write(f.fd, data.data() + done, n);
     if (w < 0 && errno == EINTR) continue;
     if (w < 0) io_fail("write", path, errno);
     done += static_cast<std::size_t>(w);
-    g_written += w;
+    if (budget) budget->written += w;
   }
   if (::fsync(f.fd) != 0) io_fail("sync", path, errno);
   const int fd = f.fd;
@@ -103,8 +107,8 @@ void write_file(const std::string& path, std::span<const std::byte> data, bool i
   if (::close(fd) != 0) io_fail("close", path, errno);
 }
 
-void write_text(const std::string& path, const std::string& text, bool injectable = true) {
-  write_file(path, std::as_bytes(std::span(text.data(), text.size())), injectable);
+void write_text(const std::string& path, const std::string& text, WriteBudget* budget) {
+  write_file(path, std::as_bytes(std::span(text.data(), text.size())), budget);
 }
 
 void sync_dir(const std::string& path) {
@@ -114,9 +118,9 @@ void sync_dir(const std::string& path) {
 }
 
 // Writes `text` to `path` atomically: a temporary name, fsync, rename, fsync of the folder.
-void replace_file(const std::string& path, const std::string& text) {
+void replace_file(const std::string& path, const std::string& text, WriteBudget* budget) {
   const std::string tmp = path + ".tmp";
-  write_text(tmp, text);
+  write_text(tmp, text, budget);
   if (::rename(tmp.c_str(), path.c_str()) != 0) io_fail("rename into place", path, errno);
   sync_dir(fs::path(path).parent_path().string());
 }
@@ -193,6 +197,7 @@ struct SaveJob {
   CheckpointMeta meta;                              // rank 0: everything but files and pieces
   int keep = 0;
   double timeout = 600;
+  WriteBudget budget = WriteBudget::from_environment();
   // Results.
   std::string error;
   bool error_is_another_ranks = false;  // rank 0 gave up because a writer said it failed
@@ -203,9 +208,8 @@ namespace {
 
 void write_pieces(SaveJob& j) {
   const auto t = Clock::now();
-  g_written = 0;
   const std::string bin = rank_name(j.rank, "bin");
-  write_file((fs::path(j.staging) / bin).string(), j.bytes());
+  write_file((fs::path(j.staging) / bin).string(), j.bytes(), &j.budget);
   json::array pieces;
   for (const auto& p : j.pieces) pieces.push_back(json::array{p[0], p[1], p[2], p[3]});
   const std::vector<std::uint32_t> crc = chunk_checksums(j.bytes());
@@ -215,7 +219,8 @@ void write_pieces(SaveJob& j) {
                        {"bytes", static_cast<std::int64_t>(j.size)},
                        {"crc32c", json::array(crc.begin(), crc.end())}}},
                      {"pieces", std::move(pieces)}};
-  replace_file((fs::path(j.staging) / rank_name(j.rank, "json")).string(), json::serialize(index));
+  replace_file((fs::path(j.staging) / rank_name(j.rank, "json")).string(), json::serialize(index),
+               &j.budget);
   j.result.bytes = static_cast<std::int64_t>(j.size);
   j.result.write_seconds = since(t);
 }
@@ -259,7 +264,7 @@ void commit(SaveJob& j) {
   }
   const std::string text = to_json(m);
   (void)meta_from_json(text, "the metadata being written");  // every param tiled once, or stop here
-  replace_file((fs::path(j.staging) / kCheckpointMeta).string(), text);
+  replace_file((fs::path(j.staging) / kCheckpointMeta).string(), text, &j.budget);
   // The commit: the folder takes its name. A complete checkpoint of the same step is replaced
   // (moved aside first, deleted after); nothing else is touched until the new one is in place.
   const fs::path final_path = fs::path(j.dir) / j.final_name;
@@ -274,7 +279,7 @@ void commit(SaveJob& j) {
     io_fail("rename into place", final_path, errno);
   sync_dir(j.dir);
   if (!aside.empty()) fs::remove_all(aside, ec);
-  replace_file((fs::path(j.dir) / "latest").string(), j.final_name + "\n");
+  replace_file((fs::path(j.dir) / "latest").string(), j.final_name + "\n", &j.budget);
   // Retention. A checkpoint is deleted by first renaming it to a hidden name (atomic), so a job
   // killed while deleting never leaves a step_* folder that is partly gone.
   const auto complete = list_checkpoints(j.dir);
@@ -300,7 +305,7 @@ void run_job(SaveJob& j) {
   } catch (const std::exception& e) {
     j.error = e.what();
     try {  // tell rank 0 now, rather than at its timeout (best effort: the disk may be full)
-      write_text((fs::path(j.staging) / rank_name(j.rank, "failed")).string(), j.error, false);
+      write_text((fs::path(j.staging) / rank_name(j.rank, "failed")).string(), j.error, nullptr);
     } catch (...) {
     }
   }

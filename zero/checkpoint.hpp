@@ -35,7 +35,7 @@ struct CheckpointOptions {
 // What one finished save did, as seen by this rank.
 struct SaveResult {
   std::string path;          // the checkpoint folder
-  std::int64_t step = 0;     // optimizer steps in it
+  std::int64_t step = 0;     // the number in its name (save()'s step)
   double stall_seconds = 0;  // the training thread's time inside save(): the copy to host
   double write_seconds = 0;  // writing and syncing this rank's piece file
   std::int64_t bytes = 0;    // this rank's piece file

@@ -26,11 +26,11 @@ struct RunSpec {
   // A parameter group as a transformer trainer sets one: biases without weight decay, at half
   // the learning rate (param_groups [{"params": ["*.bias"], "weight_decay": 0, "lr_scale": 0.5}]).
   bool bias_group = false;
-  std::int64_t reduce_bucket = 0;           // reduce_bucket_size in elements (0: the default)
-  std::int64_t allgather_bucket = 0;        // allgather_bucket_size in elements (0: the default)
-  int shard_size = -1;                      // mics_shard_size (-1: flat, one group of all ranks)
-  int hpz = 1;                              // zero_hpz_partition_size (1: off)
-  models::MlpShape shape{3, 24, 48, 7};     // layers, width, global batch, seed
+  std::int64_t reduce_bucket = 0;        // reduce_bucket_size in elements (0: the default)
+  std::int64_t allgather_bucket = 0;     // allgather_bucket_size in elements (0: the default)
+  int shard_size = -1;                   // mics_shard_size (-1: flat, one group of all ranks)
+  int hpz = 1;                           // zero_hpz_partition_size (1: off)
+  models::MlpShape shape{3, 24, 48, 7};  // layers, width, global batch, seed
 };
 
 struct RunResult {
@@ -44,6 +44,13 @@ struct RunResult {
   std::int64_t padded = 0;                  // Ψ with padding (the layout's padded_numel)
   EngineStats stats;
 };
+
+// Engine options that keep the engine's log lines (skipped steps, scale changes) out of a test.
+inline EngineOptions quiet() {
+  EngineOptions o;
+  o.log = [](const std::string&) {};
+  return o;
+}
 
 inline Config make_config(const RunSpec& s) {
   Config c;
@@ -145,7 +152,8 @@ inline std::vector<std::vector<double>> reference_fp64(const RunSpec& spec,
       for (double x : gi) sq += x * x;
     const double norm = std::sqrt(sq);
     if (norms) norms->push_back(norm);
-    const double coef = spec.clip > 0 && spec.clip / (norm + 1e-6) < 1 ? spec.clip / (norm + 1e-6) : 1;
+    const double coef =
+        spec.clip > 0 && spec.clip / (norm + 1e-6) < 1 ? spec.clip / (norm + 1e-6) : 1;
     const double t = double(s + 1);
     const double bc1 = spec.bias_correction ? 1 - std::pow(b1, t) : 1.0;
     const double bc2 = spec.bias_correction ? 1 - std::pow(b2, t) : 1.0;

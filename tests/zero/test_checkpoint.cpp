@@ -18,10 +18,8 @@ namespace fs = std::filesystem;
 using testing::make_config;
 using testing::RunSpec;
 
-using testing::world_rank;
-struct TempDir : testing::SharedTempDir {
-  TempDir() : SharedTempDir("zero-ckpt-") {}
-};
+using testing::quiet;
+using TempDir = testing::SharedTempDir;
 
 // Trains steps [from, to) of the reference MLP (the same samples at any rank count).
 std::vector<double> train(Engine& e, models::MlpTrainer& t, const RunSpec& spec, std::int64_t from,
@@ -48,12 +46,6 @@ std::vector<std::vector<float>> masters(Engine& e) {
   for (int p = 0; p < static_cast<int>(e.layout().params.size()); ++p)
     out.push_back(e.gather_master(p));
   return out;
-}
-
-EngineOptions quiet() {
-  EngineOptions o;
-  o.log = [](const std::string&) {};
-  return o;
 }
 
 void init(Engine& e, const RunSpec& spec) {

@@ -7,14 +7,12 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
-#include <unistd.h>
-#include <mpi.h>
 
 #include "comm/nccl_communicator.hpp"
 #include "kernels/cuda/device.hpp"
 #include "models/mlp.hpp"
+#include "tests/zero/shared_temp_dir.hpp"
 #include "zero/zero.hpp"
 
 using namespace zero;
@@ -63,7 +61,8 @@ Run train(comm::Communicator& world, comm::Memory where, int stage, Precision pr
   return out;
 }
 
-double relative_l2(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+double relative_l2(const std::vector<std::vector<float>>& a,
+                   const std::vector<std::vector<float>>& b) {
   double d = 0, n = 0;
   for (std::size_t i = 0; i < a.size(); ++i)
     for (std::size_t j = 0; j < a[i].size(); ++j) {
@@ -102,8 +101,10 @@ TEST_CASE("GPU and CPU training agree to the stated tolerance") {
       CHECK(diff < tol);
       for (std::size_t s = 0; s < g.losses.size(); ++s)
         CHECK(g.losses[s] == Approx(c.losses[s]).epsilon(tol));
-      std::printf("gpu-vs-cpu stage %d %s: master relative L2 %.3g (bound %.0e), final loss gpu %.6f cpu %.6f\n",
-                  stage, std::string(name_of(p)).c_str(), diff, tol, g.losses.back(), c.losses.back());
+      std::printf(
+          "gpu-vs-cpu stage %d %s: master relative L2 %.3g (bound %.0e), final loss gpu %.6f cpu "
+          "%.6f\n",
+          stage, std::string(name_of(p)).c_str(), diff, tol, g.losses.back(), c.losses.back());
     }
   }
 }
@@ -128,14 +129,8 @@ TEST_CASE("A checkpoint saved from GPU memory loads bitwise into a CPU engine, a
   c.zero.stage = 3;
   c.optimizer.lr = 1e-2;
   c.zero.stage3_param_persistence_threshold = 0;
-  char buf[256] = {};
-  if (cpu->rank() == 0) {
-    std::string t = "/tmp/zero-ckpt-gpu-XXXXXX";
-    REQUIRE(::mkdtemp(t.data()) != nullptr);
-    std::snprintf(buf, sizeof buf, "%s", t.c_str());
-  }
-  MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
-  const std::string dir = buf;
+  const zero::testing::SharedTempDir temp("zero-ckpt-gpu-");
+  const std::string& dir = temp.path;
   const int n = cpu->size(), r = cpu->rank();
   const std::int64_t micro = shape.global_batch / n;
   auto run = [&](comm::Communicator& w, comm::Memory where, const std::string& from,
@@ -160,6 +155,4 @@ TEST_CASE("A checkpoint saved from GPU memory loads bitwise into a CPU engine, a
   CHECK(run(*cpu, comm::Memory::host, dir + "/a", dir + "/b", 0) == on_gpu);
   // And the GPU engine loads the CPU's save of it: still the same.
   CHECK(run(*gpu, comm::Memory::device, dir + "/b", "", 0) == on_gpu);
-  MPI_Barrier(MPI_COMM_WORLD);
-  if (r == 0) std::system(("rm -rf " + dir).c_str());
 }

@@ -5,13 +5,10 @@
 //  - the memory report comes from the device ledger, and the host ledger holds nothing;
 //  - the device path computes bitwise what the host path computes (weights, losses, checksums);
 //  - the planner equals the device ledger, as it equals the host ledger.
-#include <mpi.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
-#include <filesystem>
 
 #include "tests/zero/engine_harness.hpp"
+#include "tests/zero/shared_temp_dir.hpp"
 
 using namespace zero;
 using zero::testing::RunSpec;
@@ -31,8 +28,10 @@ class AsDevice final : public comm::Communicator {
   comm::Handle all_reduce_async(comm::View buf, comm::ReduceOp op) override {
     return inner_->all_reduce_async(host(buf, "all_reduce"), op);
   }
-  comm::Handle reduce_scatter_async(comm::ConstView in, comm::View out, comm::ReduceOp op) override {
-    return inner_->reduce_scatter_async(host(in, "reduce_scatter"), host(out, "reduce_scatter"), op);
+  comm::Handle reduce_scatter_async(comm::ConstView in, comm::View out,
+                                    comm::ReduceOp op) override {
+    return inner_->reduce_scatter_async(host(in, "reduce_scatter"), host(out, "reduce_scatter"),
+                                        op);
   }
   comm::Handle all_gather_async(comm::ConstView in, comm::View out) override {
     return inner_->all_gather_async(host(in, "all_gather"), host(out, "all_gather"));
@@ -106,9 +105,9 @@ Result run(comm::Communicator& parent, const RunSpec& spec, bool device) {
 TEST_CASE("The device code path, emulated on the CPU, equals the host path bitwise") {
   auto world = comm::make_mpi_communicator();
   for (int stage = 0; stage <= 3; ++stage)
-    for (auto [prec, reduce] : {std::pair{Precision::bf16, DType::f32},
-                                std::pair{Precision::bf16, DType::bf16},
-                                std::pair{Precision::fp32, DType::f32}})
+    for (auto [prec, reduce] :
+         {std::pair{Precision::bf16, DType::f32}, std::pair{Precision::bf16, DType::bf16},
+          std::pair{Precision::fp32, DType::f32}})
       for (std::int64_t accum : {1, 2}) {
         RunSpec spec;
         spec.stage = stage;
@@ -147,14 +146,8 @@ TEST_CASE("The device code path, emulated on the CPU, equals the host path bitwi
 
 TEST_CASE("A checkpoint saved on the device path resumes bitwise on the host path, and back") {
   auto parent = comm::make_mpi_communicator();
-  char buf[256] = {};
-  if (parent->rank() == 0) {
-    std::string t = (std::filesystem::temp_directory_path() / "zero-ckpt-dev-XXXXXX").string();
-    REQUIRE(::mkdtemp(t.data()) != nullptr);
-    std::snprintf(buf, sizeof buf, "%s", t.c_str());
-  }
-  MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
-  const std::string dir = buf;
+  const zero::testing::SharedTempDir temp("zero-ckpt-dev-");
+  const std::string& dir = temp.path;
   for (int stage : {1, 3}) {
     RunSpec spec;
     spec.stage = stage;
@@ -178,13 +171,15 @@ TEST_CASE("A checkpoint saved on the device path resumes bitwise on the host pat
     };
     std::unique_ptr<comm::Communicator> w1, w2, w3, w4;
     auto straight = engine_on(false, w1);
-    straight->init_params([&](int p, std::span<float> out) { models::mlp_init(spec.shape, p, out); });
+    straight->init_params(
+        [&](int p, std::span<float> out) { models::mlp_init(spec.shape, p, out); });
     train(*straight, 0, 6);
     for (bool save_on_device : {true, false}) {
       INFO("stage " << stage << ", saved on the " << (save_on_device ? "device" : "host"));
       const std::string at = cat(dir, "/s", stage, save_on_device);
       auto first = engine_on(save_on_device, w2);
-      first->init_params([&](int p, std::span<float> out) { models::mlp_init(spec.shape, p, out); });
+      first->init_params(
+          [&](int p, std::span<float> out) { models::mlp_init(spec.shape, p, out); });
       train(*first, 0, 3);
       Checkpointer(*first, at).save();
       auto resumed = engine_on(!save_on_device, w3);
@@ -193,7 +188,4 @@ TEST_CASE("A checkpoint saved on the device path resumes bitwise on the host pat
       CHECK(resumed->master_checksum() == straight->master_checksum());
     }
   }
-  MPI_Barrier(MPI_COMM_WORLD);
-  std::error_code ec;
-  if (parent->rank() == 0) std::filesystem::remove_all(dir, ec);
 }

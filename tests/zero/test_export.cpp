@@ -24,16 +24,8 @@ namespace fs = std::filesystem;
 using testing::make_config;
 using testing::RunSpec;
 
-using testing::world_rank;
-struct TempDir : testing::SharedTempDir {
-  TempDir() : SharedTempDir("zero-export-") {}
-};
-
-EngineOptions quiet() {
-  EngineOptions o;
-  o.log = [](const std::string&) {};
-  return o;
-}
+using testing::quiet;
+using TempDir = testing::SharedTempDir;
 
 bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
