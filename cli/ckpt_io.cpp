@@ -10,12 +10,6 @@
 namespace zero::cli {
 namespace {
 
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // Where param p's values are: a tensor of the file, stored transposed or not.
 struct Source {
   const SafetensorsTensor* tensor = nullptr;

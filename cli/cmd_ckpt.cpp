@@ -30,21 +30,6 @@ one is used). Neither starts ranks.
   export   its fp32 master weights as one safetensors file, streamed (zero ckpt export --help)
 )";
 
-std::string human_bytes(double b) {
-  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) b /= 1024, ++u;
-  char s[32];
-  std::snprintf(s, sizeof s, u == 0 ? "%.0f %s" : "%.2f %s", b, unit[u]);
-  return s;
-}
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // The folder a checkpoint sits in, when that folder is a folder of checkpoints (--save's DIR).
 std::string folder_of(const std::string& given, const std::string& found) {
   std::error_code ec;
@@ -162,8 +147,8 @@ int ckpt_info(const Args& argv) {
   std::printf(
       "  on disk   %s in %d files (%zu piece file%s of master weights and Adam moments, "
       "%s)\n",
-      human_bytes(static_cast<double>(disk)).c_str(), disk_files, m.files.size(),
-      m.files.size() == 1 ? "" : "s", human_bytes(static_cast<double>(piece_bytes)).c_str());
+      format_bytes(disk).c_str(), disk_files, m.files.size(), m.files.size() == 1 ? "" : "s",
+      format_bytes(piece_bytes).c_str());
   std::printf("  trainer   %s\n", m.trainer.c_str());
   std::printf("  config    %s\n",
               config.is_object() ? config_line(config.get_object()).c_str() : m.config.c_str());
@@ -251,10 +236,9 @@ written as FILE.tmp and renamed once complete and synced.
   std::printf(
       "  %s in %.3f s (%.1f MB/s); peak buffer %s (slice of %s at most, the largest "
       "transposed parameter, the reader's chunk)\n",
-      human_bytes(static_cast<double>(r.bytes)).c_str(), r.seconds,
+      format_bytes(r.bytes).c_str(), r.seconds,
       r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e6 : 0.0,
-      human_bytes(static_cast<double>(r.peak_buffer_bytes)).c_str(),
-      human_bytes(static_cast<double>(options.buffer_bytes)).c_str());
+      format_bytes(r.peak_buffer_bytes).c_str(), format_bytes(options.buffer_bytes).c_str());
   return 0;
 }
 

@@ -19,11 +19,6 @@ namespace {
 // The model's params against the checkpoint's: the first mismatch as a sentence, or "".
 std::string compare_params(const std::vector<ParamSpec>& params, const CheckpointMeta& m,
                            const std::string& where, std::vector<int>& index_of) {
-  auto shape_text = [](const std::vector<std::int64_t>& s) {
-    std::string t = "[";
-    for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-    return t + "]";
-  };
   std::map<std::string, int> by_name;
   for (std::size_t i = 0; i < m.params.size(); ++i) by_name[m.params[i].name] = static_cast<int>(i);
   index_of.assign(params.size(), -1);

@@ -16,8 +16,10 @@ namespace {
 // names the quantity: a string, or a callable making one (built only when the check fails).
 template <class What>
 std::string describe_what(const What& what) {
-  if constexpr (std::is_invocable_v<const What&>) return what();
-  else return std::string(what);
+  if constexpr (std::is_invocable_v<const What&>)
+    return what();
+  else
+    return std::string(what);
 }
 
 template <class What>
@@ -205,6 +207,12 @@ Layout make_layout(const std::vector<UnitSpec>& specs, const LayoutOptions& opti
   layout.shard_numel = layout.padded_numel / options.shard_ranks;
   layout.buckets = plan_buckets(layout.units, options.bucket_elements);
   return layout;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
 }
 
 std::string describe(const Layout& l) {

@@ -28,8 +28,9 @@ inline constexpr std::int64_t kDefaultBucketElements = 500'000'000;
 inline constexpr std::int64_t kDefaultAlignElements = 64;
 
 struct LayoutOptions {
-  int shard_ranks = 1;                     // N: ranks that share the shards of every unit
-  std::int64_t align_elements = kDefaultAlignElements;  // every param start and shard size is a multiple
+  int shard_ranks = 1;  // N: ranks that share the shards of every unit
+  std::int64_t align_elements =
+      kDefaultAlignElements;               // every param start and shard size is a multiple
   std::int64_t persistence_threshold = 0;  // units with fewer unpadded elements stay gathered
   std::int64_t bucket_elements = kDefaultBucketElements;  // reduce bucket limit, padded elements
 };
@@ -103,6 +104,9 @@ struct Layout {
 // up to a multiple of N * A, so each of its N shards is a multiple of A and starts A-aligned.
 // Throws zero::Error naming the unit, param or option on invalid input.
 Layout make_layout(const std::vector<UnitSpec>& units, const LayoutOptions& options);
+
+// "[768, 2304]": a shape as error messages and reports write it.
+std::string shape_text(const std::vector<std::int64_t>& shape);
 
 // A table of units, params, shards and buckets, for logs and debugging.
 std::string describe(const Layout& layout);

@@ -16,6 +16,7 @@
 
 #include "precision/convert.hpp"
 #include "zero/error.hpp"
+#include "zero/layout.hpp"
 
 namespace zero {
 namespace fs = std::filesystem;
@@ -38,12 +39,6 @@ constexpr DTypeName kDTypes[] = {{"BOOL", 1},    {"U8", 1},  {"I8", 1},  {"F8_E5
                                  {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
                                  {"BF16", 2},    {"I32", 4}, {"U32", 4}, {"F32", 4},
                                  {"F64", 8},     {"I64", 8}, {"U64", 8}};
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 // pread until `bytes` are in, or a sentence naming the file.
 void read_exact(int fd, void* out, std::int64_t bytes, std::int64_t offset,
