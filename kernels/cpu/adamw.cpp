@@ -22,23 +22,19 @@ void check_sizes(std::size_t p, std::size_t m, std::size_t v, std::size_t g, std
 }
 
 // Elements per chunk: the first bad element is found per chunk (a 32-bit reduction), and the
-// fp16 copy of a chunk is made right after it, while the chunk's new p is still in L1 (4 arrays
+// 16-bit copy of a chunk is made right after it, while the chunk's new p is still in L1 (4 arrays
 // x 8 KiB).
 constexpr std::size_t kChunk = 2048;
 
-// One chunk of n elements of the update; Out = bf16 also writes out[i] = to_bf16(new p[i]) in
-// the same loop (GCC vectorises to_bf16: a few integer operations and a select for NaN), so the
-// 16-bit copy adds its 2-byte store and a few vector instructions, not a second pass over the
-// chunk. Returns the
-// chunk's first bad offset, or UINT32_MAX: a 32-bit min-reduction over chunk offsets (AVX2 has
-// no 64-bit unsigned min), written so that GCC vectorises it: locals and unconditional stores (a
-// store skipped for a bad element would be control flow), and the offset masked arithmetically
-// (offset | (bad - 1): itself if bad, else UINT32_MAX) rather than with a conditional, which
-// GCC 12 does not vectorise here.
-template <AdamMode Mode, class Out>
+// One chunk of n elements of the update. Returns the chunk's first bad offset, or UINT32_MAX: a
+// 32-bit min-reduction over chunk offsets (AVX2 has no 64-bit unsigned min), written so that GCC
+// vectorises it: locals and unconditional stores (a store skipped for a bad element would be
+// control flow), and the offset masked arithmetically (offset | (bad - 1): itself if bad, else
+// UINT32_MAX) rather than with a conditional, which GCC 12 does not vectorise here.
+template <AdamMode Mode>
 ZERO_LOOP inline std::uint32_t chunk(float* __restrict p, float* __restrict m, float* __restrict v,
-                                     const float* __restrict g, const AdamStep& s, std::uint32_t n,
-                                     Out* __restrict out) {
+                                     const float* __restrict g, const AdamStep& s,
+                                     std::uint32_t n) {
   std::uint32_t first = UINT32_MAX;
   for (std::uint32_t i = 0; i < n; ++i) {  // a 32-bit index: GCC keeps it in 32-bit lanes
     float pi = p[i], mi = m[i], vi = v[i];
@@ -46,7 +42,6 @@ ZERO_LOOP inline std::uint32_t chunk(float* __restrict p, float* __restrict m, f
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;
-    if constexpr (std::is_same_v<Out, bf16>) out[i] = to_bf16(pi);
     const std::uint32_t at = i | (bad - 1u);
     first = first < at ? first : at;
   }
@@ -57,9 +52,11 @@ ZERO_LOOP inline std::uint32_t chunk(float* __restrict p, float* __restrict m, f
 // it keeps GCC 12 from vectorising the loop). The step is copied into a local of the loop's
 // own function so the loop reads its fields from registers, not through a reference (or the
 // lambda's capture) that might alias the arrays: through the capture, GCC 12 leaves the guarded
-// loop scalar. The fp16 copy is made chunk by chunk through precision/'s bulk convert (whose
-// vector paths return exactly to_fp16, the function the GPU kernel calls): to_fp16 is too
-// branchy for GCC to vectorise inside the loop. Returns the index of the first element whose
+// loop scalar. The 16-bit copy is made chunk by chunk, from L1, through precision/'s bulk convert
+// (whose vector paths return exactly to_bf16 / to_fp16, the functions the GPU kernel calls):
+// to_fp16 is too branchy for GCC to vectorise inside the update loop, and to_bf16 inside it, a
+// fifth stream in the loop, ran at 0.84-0.94 of the same-traffic copy kernel where the pass from
+// L1 runs at 0.90-1.01 (bench/adam_bench, interleaved builds, docs/benchmarks.md). Returns the index of the first element whose
 // update was non-finite (adam_element_guarded kept it unchanged), or -1.
 template <AdamMode Mode, class Out>
 ZERO_LOOP inline std::int64_t loop(float* __restrict p, float* __restrict m, float* __restrict v,
@@ -69,12 +66,10 @@ ZERO_LOOP inline std::int64_t loop(float* __restrict p, float* __restrict m, flo
   std::int64_t first_bad = -1;
   for (std::size_t b = 0; b < n; b += kChunk) {
     const std::size_t e = std::min(n, b + kChunk);
-    Out* o = nullptr;
-    if constexpr (!std::is_void_v<Out>) o = out + b;
     const std::uint32_t first =
-        chunk<Mode>(p + b, m + b, v + b, g + b, s, static_cast<std::uint32_t>(e - b), o);
-    if constexpr (std::is_same_v<Out, fp16>)
-      convert(std::span<const float>(p + b, e - b), std::span<fp16>(out + b, e - b), path);
+        chunk<Mode>(p + b, m + b, v + b, g + b, s, static_cast<std::uint32_t>(e - b));
+    if constexpr (!std::is_void_v<Out>)
+      convert(std::span<const float>(p + b, e - b), std::span<Out>(out + b, e - b), path);
     if (first != UINT32_MAX && first_bad < 0) first_bad = static_cast<std::int64_t>(b + first);
   }
   return first_bad;
