@@ -1,10 +1,12 @@
 // `zero info [--json]`: the build and the machine, for bug reports and cluster checks.
 #include <boost/json.hpp>
 #include <boost/program_options.hpp>
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "comm/mpi_runtime.hpp"
 #include "kernels/cpu/gemm_bf16.hpp"
 #include "zero/zero.hpp"
 
@@ -21,6 +23,25 @@ std::string with_gemm_bf16_row(std::string text, const kernels::cpu::GemmBf16Inf
   return text;
 }
 
+// How `zero train -n N` has Open MPI copy between ranks of a node (cli/launch.cpp), and whether
+// the single copy would work here, as a row after the MPI row and as mpi_single_copy in the JSON.
+std::string single_copy_text() {
+  if (const char* set = std::getenv("OMPI_MCA_btl_vader_single_copy_mechanism"))
+    return cat(set, " (set by OMPI_MCA_btl_vader_single_copy_mechanism)");
+  return comm::cross_memory_attach_permitted()
+             ? "none (two copies); one copy works here: "
+               "OMPI_MCA_btl_vader_single_copy_mechanism=cma"
+             : "none (two copies); this machine forbids cross-memory attach (one copy)";
+}
+
+std::string with_single_copy_row(std::string text) {
+  const std::string row = "  MPI copies    " + single_copy_text() + '\n';
+  const std::size_t mpi = text.find("\n  MPI ");
+  const std::size_t end = mpi == std::string::npos ? std::string::npos : text.find('\n', mpi + 1);
+  text.insert(end == std::string::npos ? text.size() : end + 1, row);
+  return text;
+}
+
 std::string with_gemm_bf16_keys(const std::string& json, const kernels::cpu::GemmBf16Info& g) {
   boost::json::object o = boost::json::parse(json).as_object();
   o["gemm_bf16"] = g.name;
@@ -28,6 +49,7 @@ std::string with_gemm_bf16_keys(const std::string& json, const kernels::cpu::Gem
   o["gemm_bf16_reason"] = g.reason;
   o["onednn_version"] = g.onednn_version;
   o["onednn_bf16_impl"] = g.onednn_impl;
+  o["mpi_single_copy"] = single_copy_text();
   return boost::json::serialize(o);
 }
 
@@ -45,7 +67,7 @@ int cmd_info(const Args& argv) {
   BuildInfo info = build_info();
   const kernels::cpu::GemmBf16Info gemm_bf16 = kernels::cpu::gemm_bf16_info();
   std::cout << (vm.count("json") ? with_gemm_bf16_keys(to_json(info), gemm_bf16) + "\n"
-                                 : with_gemm_bf16_row(to_text(info), gemm_bf16));
+                                 : with_single_copy_row(with_gemm_bf16_row(to_text(info), gemm_bf16)));
   return 0;
 }
 

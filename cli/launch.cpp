@@ -120,10 +120,12 @@ void ensure_ranks(int ranks, const std::vector<std::string>& argv) {
     ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
     ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
-  // Containers often forbid the cross-memory-attach that the shared-memory transport tries
-  // first; plain copies work everywhere. (CMA moved a 16 MiB all-gather at 1.3x the bandwidth
-  // here, but a job ended by MPI_Abort mid-transfer then prints "Read -1, expected N, errno = 14"
-  // from every surviving rank under the one error line.)
+  // Plain copies between the ranks of a node, unless the user sets it: the single copy (CMA) is
+  // faster (4 ranks on 2 cores with two busy loops: 15-16 ms/step instead of 18-20; a 16 MiB
+  // all-gather at 1.3x the bandwidth) but containers often forbid it, and where it works a job
+  // ended while a peer read a message prints "Read -1, expected N, errno = 14" from that peer
+  // under the one error line (tests/cli/test_faults.py saw it). `zero info` says whether
+  // OMPI_MCA_btl_vader_single_copy_mechanism=cma works here.
   ::setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
   // Open MPI's help-message aggregation races with the abort that ends a failed job
   // ("ORTE_ERROR_LOG: Data unpack would read past end of buffer ... show_help.c") and then holds

@@ -2,6 +2,7 @@
 #include "comm/mpi_request.hpp"
 
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -100,10 +101,38 @@ bool use_short_time_slices() {
 #endif
 }
 
+namespace {
+
+// Sets the calling thread's timer slack to 1 ns on the first sleep() and puts the thread's own
+// back when the wait ends (a user's thread may wait here: its slack is its own).
+class PreciseSleeps {
+ public:
+  PreciseSleeps() = default;
+  PreciseSleeps(const PreciseSleeps&) = delete;
+  PreciseSleeps& operator=(const PreciseSleeps&) = delete;
+  ~PreciseSleeps() {
+    if (saved_ > 0) ::prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(saved_), 0, 0, 0);
+  }
+  void sleep(double seconds) {
+    if (saved_ == 0) {
+      saved_ = ::prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+      if (saved_ > 1) ::prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+      else saved_ = -1;  // already precise, or unknown: leave it alone
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  }
+
+ private:
+  long saved_ = 0;  // 0: not yet asked; -1: nothing to restore
+};
+
+}  // namespace
+
 void poll_until(const std::function<bool()>& done, const Patience& patience,
                 std::string_view what, int peer) {
   using clock = std::chrono::steady_clock;
   if (done()) return;
+  PreciseSleeps sleeper;
   const double timeout_s = patience.timeout_s;
   const auto start = clock::now();
   Backoff backoff(patience);
@@ -120,7 +149,7 @@ void poll_until(const std::function<bool()>& done, const Patience& patience,
         std::this_thread::yield();
         break;
       case Backoff::Step::sleep:
-        std::this_thread::sleep_for(std::chrono::duration<double>(backoff.sleep_seconds()));
+        sleeper.sleep(backoff.sleep_seconds());
         break;
     }
     if (done()) return;

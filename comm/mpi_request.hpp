@@ -83,22 +83,27 @@ class Request {
 };
 
 // How long a wait may take, and how it waits: it polls MPI_Test, spinning for spin_s, then
-// yielding the core between polls until yield_s, then sleeping between polls (sleep_min_s at
-// first, twice as long each time up to sleep_max_s: an absent or stalled peer).
-// Why yield and not sleep: Open MPI's shared memory moves a message only while both ranks are
-// inside MPI, and a sleep lasts at least Linux's timer slack (50 us), so sleeping from the start
-// made every step slower, idle or loaded (bench/oversubscribed.py, 4 ranks on 2 cores: 8.3 ms
-// instead of 4.4 idle, 56 instead of 18 loaded). What makes yielding hold up under load is the
-// short time slice (see use_short_time_slices): without it a yielded core goes to a busy
-// process for a whole slice, and the same job ran at 104 ms/step instead of 18.
-// Why no spin first: with short slices a yield on an idle core returns at once, so spinning
-// bought nothing measurable idle and cost the peers their core when ranks outnumber cores.
+// yielding the core between polls until yield_s, then sleeping between polls: sleep_min_s at
+// first, twice as long each time up to sleep_max_s, and past long_after_s (an absent or stalled
+// peer) up to sleep_long_s. The waiting thread's timer slack is 1 ns while it sleeps (Linux's
+// default, 50 us, would make every sleep at least that long).
+// Why sleep from the first poll: a rank that sleeps is not runnable, so it leaves its core to the
+// work that is (the peer it waits for, when ranks outnumber cores), and its timer wakeup is a
+// point where the scheduler lets it preempt a process that computes (with the short slice, see
+// use_short_time_slices) instead of after that process's slice. A rank that yields stays
+// runnable and is preempted at ticks only. bench/oversubscribed.py, 4 ranks on 2 cores with two
+// busy loops, interleaved (docs/benchmarks.md): yielding 24-25 ms/step loaded, sleeping 18-20
+// (with the single-copy transport, which needs one hand-off a message instead of three, 15-16);
+// idle, yielding stays 5-15% faster on the tiny model, and equal on the 8 x 1024.
+// An earlier measurement that favoured yielding slept with the default 50 us timer slack.
 struct Patience {
   double timeout_s = 600;
   double spin_s = 0;
-  double yield_s = 50e-3;
-  double sleep_min_s = 10e-6;
-  double sleep_max_s = 200e-6;
+  double yield_s = 0;
+  double sleep_min_s = 5e-6;
+  double sleep_max_s = 50e-6;
+  double long_after_s = 50e-3;
+  double sleep_long_s = 1e-3;
 };
 
 // Asks Linux (6.12 and later: EEVDF's per-task slice, sched_setattr's sched_runtime for
@@ -116,14 +121,17 @@ class Backoff {
   enum class Step { spin, yield, sleep };
   explicit Backoff(const Patience& p) : p_(p) {}
   // What to do before the next poll after waiting `waited` seconds; for Step::sleep, how long
-  // is sleep_seconds() (sleep_min_s, doubling on each sleep up to sleep_max_s, never past the
-  // timeout, so that the wait gives up on time).
+  // is sleep_seconds() (sleep_min_s, doubling on each sleep up to sleep_max_s, or sleep_long_s
+  // once the wait is past long_after_s; never past the timeout, so that the wait gives up on
+  // time).
   Step next(double waited) {
     if (waited < p_.spin_s) return Step::spin;
     if (waited < p_.yield_s) return Step::yield;
+    const double cap = waited < p_.long_after_s ? p_.sleep_max_s : p_.sleep_long_s;
+    if (next_ > cap) next_ = cap;
     const double left = p_.timeout_s - waited;
     sleep_ = left < next_ ? (left > 0 ? left : 0) : next_;
-    next_ = next_ * 2 < p_.sleep_max_s ? next_ * 2 : p_.sleep_max_s;
+    next_ = next_ * 2 < cap ? next_ * 2 : cap;
     return Step::sleep;
   }
   double sleep_seconds() const { return sleep_; }

@@ -1,7 +1,14 @@
 // MpiRuntime and the launcher helpers (see mpi_runtime.hpp).
 #include "comm/mpi_runtime.hpp"
 
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstdint>
+#include <fstream>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -144,6 +151,30 @@ bool in_mpi_job() {
     if (const char* s = std::getenv(v); s != nullptr && *s != '\0') return true;
   }
   return false;
+}
+
+bool cross_memory_attach_permitted() {
+  static const bool permitted = [] {
+    // Open MPI turns CMA off itself when Yama restricts ptrace (siblings may not read each other).
+    std::ifstream yama("/proc/sys/kernel/yama/ptrace_scope");
+    int scope = 0;
+    if (yama && yama >> scope && scope != 0) return false;
+    static volatile std::uint64_t word = 0x5a45524f2d434d41ULL;
+    const pid_t child = ::fork();
+    if (child < 0) return false;
+    if (child == 0) {
+      std::uint64_t got = 0;
+      iovec local{&got, sizeof got};
+      iovec remote{const_cast<std::uint64_t*>(&word), sizeof word};
+      const ssize_t n = ::process_vm_readv(::getppid(), &local, 1, &remote, 1, 0);
+      ::_exit(n == static_cast<ssize_t>(sizeof got) && got == word ? 0 : 1);
+    }
+    int status = 0;
+    while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }();
+  return permitted;
 }
 
 }  // namespace zero::comm

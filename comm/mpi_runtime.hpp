@@ -51,6 +51,17 @@ int node_local_rank(MPI_Comm comm = MPI_COMM_WORLD);
 // environment without touching MPI. The CLI uses it to decide whether to relaunch under mpirun.
 bool in_mpi_job();
 
+// Whether processes of this user on this machine may read each other's memory with
+// process_vm_readv, the cross-memory attach (CMA) that Open MPI's shared-memory transport uses to
+// move a large message with one copy, by the receiver alone, instead of two copies in pipelined
+// fragments that need the sender inside MPI too (three scheduling hand-offs a message instead
+// of one: what an oversubscribed or loaded machine pays for). Containers often forbid it
+// (seccomp, or Yama's ptrace_scope above 0, which Open MPI then refuses). Probed once by a
+// forked child reading a word of this process, which is what a rank does to a sibling.
+// Never touches MPI. `zero info` reports it (the -n launcher keeps plain copies unless told:
+// cli/launch.cpp says why).
+bool cross_memory_attach_permitted();
+
 // The name of an MPI_THREAD_* level, for messages.
 const char* thread_level_name(int level);
 

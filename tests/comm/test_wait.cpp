@@ -2,6 +2,7 @@
 // wait that has backed off to its longest sleep still seeing its message, and the short time
 // slices. No case here measures time: only what is done, and in which order.
 #include <mpi.h>
+#include <sys/prctl.h>
 #include <sys/utsname.h>
 
 #include <cstdio>
@@ -27,6 +28,8 @@ TEST_CASE("a wait spins, then yields, then sleeps twice as long each time up to 
   p.yield_s = 2e-3;
   p.sleep_min_s = 10e-6;
   p.sleep_max_s = 80e-6;
+  p.long_after_s = 20e-3;
+  p.sleep_long_s = 500e-6;
   Backoff b(p);
   CHECK(b.next(0) == Backoff::Step::spin);
   CHECK(b.next(0.5e-3) == Backoff::Step::spin);
@@ -39,6 +42,43 @@ TEST_CASE("a wait spins, then yields, then sleeps twice as long each time up to 
   }
   CHECK_THAT(sleeps, Catch::Matchers::Approx(std::vector<double>{10e-6, 20e-6, 40e-6, 80e-6,
                                                                    80e-6, 80e-6, 80e-6}));
+  // Past long_after_s (a stalled peer) the doubling goes on up to sleep_long_s.
+  sleeps.clear();
+  for (int i = 0; i < 5; ++i) {
+    REQUIRE(b.next(20e-3 + i * 1e-3) == Backoff::Step::sleep);
+    sleeps.push_back(b.sleep_seconds());
+  }
+  CHECK_THAT(sleeps, Catch::Matchers::Approx(
+                         std::vector<double>{80e-6, 160e-6, 320e-6, 500e-6, 500e-6}));
+}
+
+TEST_CASE("by default a wait sleeps from its first poll, 5 us doubling to 50 us, 1 ms when long") {
+  const mpi::Patience p;
+  Backoff b(p);
+  std::vector<double> sleeps;
+  for (double t : {0.0, 1e-5, 2e-5, 3e-5, 4e-5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0}) {
+    REQUIRE(b.next(t) == Backoff::Step::sleep);
+    sleeps.push_back(b.sleep_seconds());
+  }
+  CHECK_THAT(sleeps, Catch::Matchers::Approx(std::vector<double>{
+                         5e-6, 10e-6, 20e-6, 40e-6, 50e-6, 50e-6, 100e-6, 200e-6, 400e-6, 800e-6,
+                         1e-3}));
+}
+
+TEST_CASE("a sleeping wait makes its thread's timer slack 1 ns, and puts the thread's own back") {
+  REQUIRE(::prctl(PR_SET_TIMERSLACK, 50'000UL, 0, 0, 0) == 0);
+  mpi::Patience p;
+  p.timeout_s = 60;
+  int polls = 0;
+  long during = -1;
+  mpi::poll_until(
+      [&] {
+        if (++polls == 3) during = ::prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+        return polls == 5;
+      },
+      p, "the test");
+  CHECK(during == 1);
+  CHECK(::prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0) == 50'000);
 }
 
 TEST_CASE("a wait's sleep never reaches past its timeout") {
@@ -48,6 +88,7 @@ TEST_CASE("a wait's sleep never reaches past its timeout") {
   p.yield_s = 0;
   p.sleep_min_s = 0.5;
   p.sleep_max_s = 0.5;
+  p.sleep_long_s = 0.5;
   Backoff b(p);
   REQUIRE(b.next(0.9) == Backoff::Step::sleep);
   CHECK(b.sleep_seconds() == Approx(0.1));
