@@ -173,10 +173,13 @@ void print_table(const std::vector<StageResult>& rs, const std::string& title, c
     double comm_ms = 0, mb = 0;
     for (const auto& o : r.per_step)
       comm_ms += 1e3 * o.seconds, mb += static_cast<double>(o.payload_bytes) / 1e6;
+    // MFU needs the model's FLOPs per token (the GPT has them; the MLP says none): "-" then.
+    char mfu[16] = "     -";
+    if (r.mfu > 0) std::snprintf(mfu, sizeof mfu, "%5.1f%%", 100 * r.mfu);
     std::printf(
-        "%-*s %10.2f %8.2f..%-8.2f %12.0f %5.1f%% %9.2f %9.2f %9.2f %9.2f %9.2f %12.2f %12.2f\n", w,
+        "%-*s %10.2f %8.2f..%-8.2f %12.0f %6s %9.2f %9.2f %9.2f %9.2f %9.2f %12.2f %12.2f\n", w,
         key(r).c_str(), 1e3 * r.median, 1e3 * r.fastest, 1e3 * r.slowest,
-        tokens ? r.tokens_per_second : r.samples_per_second, 100 * r.mfu, 1e3 * r.split.compute,
+        tokens ? r.tokens_per_second : r.samples_per_second, mfu, 1e3 * r.split.compute,
         1e3 * r.split.wait, 1e3 * r.split.optimizer, comm_ms, mb, mib(r.peak_most),
         mib(r.plan.peak_total));
   }

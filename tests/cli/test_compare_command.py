@@ -126,4 +126,10 @@ with tempfile.TemporaryDirectory() as tmp:
     check(*one_error("--stage (zero train's) is refused", zero("compare", "--stage", "2"),
                      "--stage is zero train's"))
     check(*one_error("a stage listed twice is refused", zero("compare", "--stages", "1,1"), "twice"))
+    # The MLP has no FLOPs per token: its MFU column says "-", never a made-up 0.0%.
+    r = zero("compare", "-n", "2", "--stages", "0,3", "--layers", "2", "--width", "32",
+             "--global-batch", "8", "--warmup", "0", "--steps", "2")
+    rows = re.findall(r"^([03])\s+[\d.]+\s+[\d.]+\.\.[\d.]+\s+\d+\s+(\S+)\s", r.stdout, re.M)
+    check("the MLP's table says '-' for MFU, which it cannot know",
+          r.returncode == 0 and rows == [("0", "-"), ("3", "-")], r.stdout + r.stderr)
 finish()
