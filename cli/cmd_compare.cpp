@@ -236,7 +236,7 @@ boost::json::object to_json(const StageResult& r) {
           {"max_seconds", r.slowest},
           {"tokens_per_second", r.tokens_per_second},
           {"samples_per_second", r.samples_per_second},
-          {"mfu", r.mfu},
+          {"mfu", r.mfu > 0 ? boost::json::value(r.mfu) : nullptr},  // null: the MLP has no FLOPs
           {"split",
            {{"total", r.split.total},
             {"compute", r.split.compute},

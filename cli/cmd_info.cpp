@@ -26,11 +26,10 @@ std::string with_gemm_bf16_row(std::string text, const kernels::cpu::GemmBf16Inf
 // How `zero train -n N` has Open MPI copy between ranks of a node (cli/launch.cpp), and whether
 // the single copy would work here, as a row after the MPI row and as mpi_single_copy in the JSON.
 std::string single_copy_text() {
-  if (const char* set = std::getenv("OMPI_MCA_btl_vader_single_copy_mechanism"))
-    return cat(set, " (set by OMPI_MCA_btl_vader_single_copy_mechanism)");
+  constexpr const char* var = "OMPI_MCA_btl_vader_single_copy_mechanism";
+  if (const char* set = std::getenv(var)) return cat(set, " (set by ", var, ")");
   return comm::cross_memory_attach_permitted()
-             ? "none (two copies); one copy works here: "
-               "OMPI_MCA_btl_vader_single_copy_mechanism=cma"
+             ? cat("none (two copies); one copy works here: ", var, "=cma")
              : "none (two copies); this machine forbids cross-memory attach (one copy)";
 }
 
@@ -66,8 +65,9 @@ int cmd_info(const Args& argv) {
   }
   BuildInfo info = build_info();
   const kernels::cpu::GemmBf16Info gemm_bf16 = kernels::cpu::gemm_bf16_info();
-  std::cout << (vm.count("json") ? with_gemm_bf16_keys(to_json(info), gemm_bf16) + "\n"
-                                 : with_single_copy_row(with_gemm_bf16_row(to_text(info), gemm_bf16)));
+  std::cout << (vm.count("json")
+                    ? with_gemm_bf16_keys(to_json(info), gemm_bf16) + "\n"
+                    : with_single_copy_row(with_gemm_bf16_row(to_text(info), gemm_bf16)));
   return 0;
 }
 

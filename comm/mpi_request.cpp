@@ -115,9 +115,9 @@ class PreciseSleeps {
   }
   void sleep(double seconds) {
     if (saved_ == 0) {
-      saved_ = ::prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-      if (saved_ > 1) ::prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-      else saved_ = -1;  // already precise, or unknown: leave it alone
+      // Already precise, unknown or refused: nothing to put back.
+      const long own = ::prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+      saved_ = own > 1 && ::prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0) == 0 ? own : -1;
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   }
@@ -128,8 +128,8 @@ class PreciseSleeps {
 
 }  // namespace
 
-void poll_until(const std::function<bool()>& done, const Patience& patience,
-                std::string_view what, int peer) {
+void poll_until(const std::function<bool()>& done, const Patience& patience, std::string_view what,
+                int peer) {
   using clock = std::chrono::steady_clock;
   if (done()) return;
   PreciseSleeps sleeper;

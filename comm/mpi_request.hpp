@@ -145,8 +145,8 @@ class Backoff {
 // Polls done() until it returns true, following Backoff(patience); throws TimeoutError
 // "timed out after T s waiting for <what> [rank <peer>]" past patience.timeout_s (peer < 0: no
 // rank is named). What wait() and wait_all() run; a function of its own for the tests.
-void poll_until(const std::function<bool()>& done, const Patience& patience,
-                std::string_view what, int peer = -1);
+void poll_until(const std::function<bool()>& done, const Patience& patience, std::string_view what,
+                int peer = -1);
 
 // Blocks until r completes (poll_until over MPI_Test, which also drives MPI's progress engine).
 void wait(Request& r, const Patience& patience, std::string_view what, int peer = -1);

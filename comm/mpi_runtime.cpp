@@ -7,11 +7,11 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstdint>
-#include <fstream>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -55,10 +55,12 @@ class StartupWatchdog {
     if (!(seconds > 0)) return;
     thread_ = std::thread([this, seconds, prefix = std::move(prefix)] {
       std::unique_lock lock(mu_);
-      if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return done_; }))
-        return;
-      abort_job(cat(prefix, "rank ", job_rank(), " of ", job_size(), ": MPI startup (MPI_Init_thread) did "
-                    "not finish within ", seconds, " s: a rank of the job did not start or stalled "
+      if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return done_; })) return;
+      abort_job(cat(prefix, "rank ", job_rank(), " of ", job_size(),
+                    ": MPI startup (MPI_Init_thread) did "
+                    "not finish within ",
+                    seconds,
+                    " s: a rank of the job did not start or stalled "
                     "before joining it (a process stopped or swapped out, a node unreachable); the "
                     "limit is the communication timeout (--timeout, comm_timeout)"),
                 1);

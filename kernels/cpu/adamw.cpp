@@ -56,8 +56,9 @@ ZERO_LOOP inline std::uint32_t chunk(float* __restrict p, float* __restrict m, f
 // (whose vector paths return exactly to_bf16 / to_fp16, the functions the GPU kernel calls):
 // to_fp16 is too branchy for GCC to vectorise inside the update loop, and to_bf16 inside it, a
 // fifth stream in the loop, ran at 0.84-0.94 of the same-traffic copy kernel where the pass from
-// L1 runs at 0.90-1.01 (bench/adam_bench, interleaved builds, docs/benchmarks.md). Returns the index of the first element whose
-// update was non-finite (adam_element_guarded kept it unchanged), or -1.
+// L1 runs at 0.90-1.01 (bench/adam_bench, interleaved builds, docs/benchmarks.md). Returns the
+// index of the first element whose update was non-finite (adam_element_guarded kept it unchanged),
+// or -1.
 template <AdamMode Mode, class Out>
 ZERO_LOOP inline std::int64_t loop(float* __restrict p, float* __restrict m, float* __restrict v,
                                    const float* __restrict g, const AdamStep& step, Out* out,

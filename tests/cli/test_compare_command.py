@@ -127,9 +127,14 @@ with tempfile.TemporaryDirectory() as tmp:
                      "--stage is zero train's"))
     check(*one_error("a stage listed twice is refused", zero("compare", "--stages", "1,1"), "twice"))
     # The MLP has no FLOPs per token: its MFU column says "-", never a made-up 0.0%.
+    mlp_js = os.path.join(tmp, "mlp.json")
     r = zero("compare", "-n", "2", "--stages", "0,3", "--layers", "2", "--width", "32",
-             "--global-batch", "8", "--warmup", "0", "--steps", "2")
+             "--global-batch", "8", "--warmup", "0", "--steps", "2", "--json", mlp_js)
     rows = re.findall(r"^([03])\s+[\d.]+\s+[\d.]+\.\.[\d.]+\s+\d+\s+(\S+)\s", r.stdout, re.M)
     check("the MLP's table says '-' for MFU, which it cannot know",
           r.returncode == 0 and rows == [("0", "-"), ("3", "-")], r.stdout + r.stderr)
+    if r.returncode == 0:
+        with open(mlp_js) as f:
+            mlp = json.load(f)["stages"]
+        check("--json: the MLP's mfu is null", [s["mfu"] for s in mlp] == [None, None], mlp)
 finish()

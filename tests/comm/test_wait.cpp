@@ -40,16 +40,16 @@ TEST_CASE("a wait spins, then yields, then sleeps twice as long each time up to 
     REQUIRE(b.next(3e-3 + i * 1e-3) == Backoff::Step::sleep);
     sleeps.push_back(b.sleep_seconds());
   }
-  CHECK_THAT(sleeps, Catch::Matchers::Approx(std::vector<double>{10e-6, 20e-6, 40e-6, 80e-6,
-                                                                   80e-6, 80e-6, 80e-6}));
+  CHECK_THAT(sleeps, Catch::Matchers::Approx(
+                         std::vector<double>{10e-6, 20e-6, 40e-6, 80e-6, 80e-6, 80e-6, 80e-6}));
   // Past long_after_s (a stalled peer) the doubling goes on up to sleep_long_s.
   sleeps.clear();
   for (int i = 0; i < 5; ++i) {
     REQUIRE(b.next(20e-3 + i * 1e-3) == Backoff::Step::sleep);
     sleeps.push_back(b.sleep_seconds());
   }
-  CHECK_THAT(sleeps, Catch::Matchers::Approx(
-                         std::vector<double>{80e-6, 160e-6, 320e-6, 500e-6, 500e-6}));
+  CHECK_THAT(sleeps,
+             Catch::Matchers::Approx(std::vector<double>{80e-6, 160e-6, 320e-6, 500e-6, 500e-6}));
 }
 
 TEST_CASE("by default a wait sleeps from its first poll, 5 us doubling to 50 us, 1 ms when long") {
@@ -60,9 +60,9 @@ TEST_CASE("by default a wait sleeps from its first poll, 5 us doubling to 50 us,
     REQUIRE(b.next(t) == Backoff::Step::sleep);
     sleeps.push_back(b.sleep_seconds());
   }
-  CHECK_THAT(sleeps, Catch::Matchers::Approx(std::vector<double>{
-                         5e-6, 10e-6, 20e-6, 40e-6, 50e-6, 50e-6, 100e-6, 200e-6, 400e-6, 800e-6,
-                         1e-3}));
+  CHECK_THAT(sleeps,
+             Catch::Matchers::Approx(std::vector<double>{5e-6, 10e-6, 20e-6, 40e-6, 50e-6, 50e-6,
+                                                         100e-6, 200e-6, 400e-6, 800e-6, 1e-3}));
 }
 
 TEST_CASE("a sleeping wait makes its thread's timer slack 1 ns, and puts the thread's own back") {
