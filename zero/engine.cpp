@@ -206,6 +206,34 @@ Slice Engine::Impl::params_of_unit(int u) const {
   return slice(full_params(), work_dtype, U.offset, U.padded_numel);
 }
 
+Allocation Spares::take(Ledger& ledger, Category c, std::int64_t bytes, comm::Memory where,
+                        bool carry) {
+  const auto n = static_cast<std::size_t>(bytes);
+  if (n == 0) return ledger.allocate(c, n, where);  // an empty buffer that knows its memory
+  auto best = kept_.end();
+  for (auto k = kept_.begin(); k != kept_.end(); ++k)
+    if (k->bytes() >= n && k->category() == c && k->where() == where &&
+        (best == kept_.end() || k->bytes() < best->bytes()))
+      best = k;
+  Allocation a = best == kept_.end() ? ledger.allocate(c, n, where) : std::move(*best);
+  if (best != kept_.end()) kept_.erase(best);
+  if (carry && std::ranges::find(carried_, a.data()) == carried_.end())
+    carried_.push_back(a.data());
+  return a;
+}
+
+void Spares::keep(Allocation a) {
+  if (!enabled_ || a.empty() || a.category() != Category::buckets) return;
+  kept_.push_back(std::move(a));
+}
+
+void Spares::end_step() {
+  std::erase_if(kept_, [&](const Allocation& a) {
+    return std::ranges::find(carried_, a.data()) == carried_.end();
+  });
+  carried_.clear();
+}
+
 Slice Engine::Impl::grads_of_unit(int u) {
   const auto& U = layout.units[u];
   UnitRun& run = units[u];
@@ -251,7 +279,7 @@ void Engine::Impl::bucket_arrived(int u, const Slice& g) {
   const PackedRun packed{layout, b.units.back(), b.units.front()};
   BucketFill& fill = buckets[U.bucket];
   if (fill.packed.empty())
-    fill.packed = alloc(Category::buckets, bytes(shard_ranks * packed.shard(), work_dtype));
+    fill.packed = bucket_buffer(bytes(shard_ranks * packed.shard(), work_dtype), true);
   {
     const ScopeTimer t = waiting();  // packing for the collective is communication work
     packed.copy(*backend, shard_ranks, work_dtype, static_cast<std::byte*>(fill.packed.data()), u, u,
@@ -281,7 +309,7 @@ void Engine::Impl::issue_reduction(int first, int last, Allocation input, const 
     if (policy.gather_grads) {
       // Stage 0: all-reduce as reduce-scatter into this rank's blocks, then all-gather, straight
       // into the unit's full buffer (one unit) or into a packed buffer unpacked when it is done.
-      r.block = alloc(Category::buckets, bytes(shard, reduce_dtype));
+      r.block = bucket_buffer(bytes(shard, reduce_dtype), true);
       const Slice block = slice(r.block, reduce_dtype, 0, shard);
       r.handles.push_back(this->shard->reduce_scatter_async(in.cview(), block.view(), op));
       const auto& F = layout.units[first];
@@ -290,7 +318,7 @@ void Engine::Impl::issue_reduction(int first, int last, Allocation input, const 
         full = reduced_aliases_grads ? slice(grads_full, work_dtype, F.offset, F.padded_numel)
                                      : slice(reduced, reduce_dtype, F.offset, F.padded_numel);
       } else {
-        r.packed_out = alloc(Category::buckets, bytes(shard_ranks * shard, reduce_dtype));
+        r.packed_out = bucket_buffer(bytes(shard_ranks * shard, reduce_dtype), true);
         full = slice(r.packed_out, reduce_dtype, 0, shard_ranks * shard);
       }
       if (replicate) {  // the all-gather waits for the replicas' all-reduce (at finish)
@@ -348,7 +376,8 @@ void Engine::Impl::finish_oldest_reduction() {
   record_comm_scratch();
   const auto& F = layout.units[r.first];
   const auto& L = layout.units[r.last];
-  if (!r.packed_out.empty()) {  // stage 0, several units: back to unit-major order
+  if (!r.packed_out.empty()) {       // stage 0, several units: back to unit-major order
+    const ScopeTimer t = waiting();  // unpacking the collective's output, as packing its input
     const DType dt = reduced_aliases_grads ? work_dtype : reduce_dtype;
     const Allocation& full = reduced_aliases_grads ? grads_full : reduced;
     const PackedRun run{layout, r.first, r.last};
@@ -369,7 +398,10 @@ void Engine::Impl::finish_oldest_reduction() {
     backend->accumulate(accum.as<float>().data() + off, src.data, src.dtype, n);
   }
   for (int u = r.first; u <= r.last; ++u) units[u].in_flight = false;
-  in_flight.pop_front();  // frees its buffers
+  spares.keep(std::move(r.input));  // the packed bucket (a unit's gradient buffer is freed)
+  spares.keep(std::move(r.block));
+  spares.keep(std::move(r.packed_out));
+  in_flight.pop_front();
 }
 
 void Engine::Impl::finish_reductions_of(int u) {

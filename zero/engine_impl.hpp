@@ -61,6 +61,34 @@ struct BucketFill {
   int arrived = 0;  // units reduced into it this micro-batch
 };
 
+// The gradient reductions' bucket buffers kept from one step for the next, as DeepSpeed keeps
+// its reduce bucket: every step asks for the same sizes, and a buffer above malloc's mmap ceiling
+// (32 MiB in glibc) would otherwise be a fresh mapping each time, zeroed and faulted in page by
+// page (a 33.5 MB bucket: 8,192 page faults; 20-30 ms of a 150 ms step at 2 ranks). A request
+// takes the smallest kept buffer that holds it (the whole buffer is counted; the caller uses its
+// first `bytes`), so the last, smaller bucket of a backward reuses a full one's buffer, and the
+// step's staging reuses the backward's. At the end of a step every kept buffer that no reduction
+// used in it is freed: only what the next backward will ask for again is carried over (the
+// step's own staging, when it did not reuse a bucket, is not held through the next forward).
+// The ledger counts what is kept, and the planner, running this code, counts it too.
+// Host memory only (and the emulated device's, which is host memory): a GPU's stream-ordered
+// pool (cudaMallocAsync) already makes a bucket cheap to allocate, and hands the memory to
+// activations between reductions, where a kept buffer would be held through the forward pass.
+class Spares {
+ public:
+  explicit Spares(bool enabled) : enabled_(enabled) {}
+  // A kept buffer of at least `bytes`, or a new one. `carry`: asked for by a reduction, so kept
+  // past the end of the step.
+  Allocation take(Ledger& ledger, Category c, std::int64_t bytes, comm::Memory where, bool carry);
+  void keep(Allocation a);  // frees one of another category (or any, when not enabled)
+  void end_step();          // frees the kept buffers no reduction of this step used
+
+ private:
+  bool enabled_;
+  std::vector<Allocation> kept_;
+  std::vector<const void*> carried_;  // the buffers reductions took in this step
+};
+
 // The stage-3 prefetch window in the direction of travel: [last, front] has been scanned, every
 // non-persistent unit in it is gathered or on its way, and `ahead` is their padded size beyond
 // `last`. It only moves forward, so a pass over the model costs time linear in the units.
@@ -201,6 +229,12 @@ struct Engine::Impl {
   // fp32 sum over micro-batches (gradient_accumulation_steps > 1), shaped like `reduced`.
   Allocation accum;
   std::vector<BucketFill> buckets;   // indexed like Layout::buckets
+  // The reductions' bucket buffers, from step to step (host memory only, see Spares).
+  Spares spares{mem() == comm::Memory::host || options.emulate_device};
+  // A bucket buffer of at least `bytes`, kept or new; `reduction`: for a gradient reduction.
+  Allocation bucket_buffer(std::int64_t bytes, bool reduction) {
+    return spares.take(ledger, Category::buckets, bytes, mem(), reduction);
+  }
   // After the step (stages 1-2, and stage 3's persistent units): consecutive units whose new
   // params are all-gathered as one collective, at most allgather_bucket_size padded elements.
   struct Run {

@@ -173,6 +173,7 @@ StepReport Engine::step() {
     for (UnitRun& run : s.units) run.reductions = 0;
     s.reduce_log.clear();
     if (!s.accum.empty()) s.backend->fill_zero(s.accum.data(), s.accum.bytes());
+    s.spares.end_step();
   };
 
   // 4. Overflow: skip, and say so (DeepSpeed's rules for fp16; any precision skips a NaN/inf).
@@ -273,7 +274,7 @@ StepReport Engine::step() {
       // One unit: its new shard, all-gathered straight into the unit. Several: written where
       // this rank's block of the packed all-gather output lies, gathered in place.
       const bool one = run.first == run.last;
-      Allocation staged = s.alloc(Category::buckets, bytes(one ? n : s.shard_ranks * n, s.work_dtype));
+      Allocation staged = s.bucket_buffer(bytes(one ? n : s.shard_ranks * n, s.work_dtype), false);
       const std::int64_t mine = one ? 0 : s.shard_rank * n;
       for (int v = run.first; v <= run.last; ++v) {
         const auto& V = s.layout.units[v];
@@ -281,6 +282,7 @@ StepReport Engine::step() {
                slice(staged, s.work_dtype, mine + V.shard_offset - base, V.shard_numel));
       }
       s.all_gather_run(run, staged);
+      s.spares.keep(std::move(staged));
       u = run.last;
     }
   }

@@ -200,6 +200,7 @@ Allocation Ledger::allocate(Category category, std::size_t bytes, comm::Memory m
   }
   add(s, category, static_cast<std::int64_t>(bytes));
   ++s.stats.live_allocations;
+  ++s.stats.categories[static_cast<int>(category)].allocations;
   return Allocation(this, allocator, data, bytes, category);
 }
 

@@ -64,8 +64,10 @@ class HostAllocator final : public Allocator {
 
 // Bytes of one category in one memory space.
 struct CategoryBytes {
-  std::int64_t current = 0;  // held now
-  std::int64_t peak = 0;     // the most ever held at once (since construction or reset_peaks)
+  std::int64_t current = 0;      // held now
+  std::int64_t peak = 0;         // the most ever held at once (since construction or reset_peaks)
+  std::int64_t allocations = 0;  // buffers allocated since construction (a buffer reused is not
+                                 // counted again: the engine's steady state makes none)
 };
 
 // The state of one memory space (host or device) at one moment. Plain values: safe to keep.

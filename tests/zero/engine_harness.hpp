@@ -39,9 +39,11 @@ struct RunResult {
   std::vector<StepReport> reports;
   std::vector<double> losses;
   MemoryReport memory;
-  comm::Accounting per_step;                // accounting of the last step alone
-  Engine::GroupAccounting per_step_groups;  // the same, by process group
-  std::int64_t padded = 0;                  // Ψ with padding (the layout's padded_numel)
+  comm::Accounting per_step;                     // accounting of the last step alone
+  Engine::GroupAccounting per_step_groups;       // the same, by process group
+  std::vector<std::int64_t> bucket_allocations;  // the ledger's count of bucket buffers made,
+                                                 // after each step
+  std::int64_t padded = 0;                       // Ψ with padding (the layout's padded_numel)
   EngineStats stats;
 };
 
@@ -87,6 +89,8 @@ inline RunResult run_mlp(comm::Communicator& world, const RunSpec& spec) {
       loss += trainer.micro_batch(engine, s * G + r * (G / n) + k * micro);
     out.reports.push_back(engine.step());
     out.losses.push_back(loss);
+    out.bucket_allocations.push_back(
+        engine.ledger().snapshot(engine.memory().ledger.memory)[Category::buckets].allocations);
   }
   out.per_step = engine.comm_accounting();
   out.per_step_groups = engine.comm_accounting_by_group();

@@ -91,6 +91,42 @@ TEST_CASE("Stages 0-3 give bitwise the same weights at every reduce and all-gath
   }
 }
 
+TEST_CASE("The reductions' bucket buffers are made in the first step and reused by every later one") {
+  // A bucket's packed gradients, stage 0's reduced blocks and their all-gather: the same sizes
+  // every step, kept from one step for the next (a buffer above malloc's mmap ceiling was a
+  // fresh mapping each time, faulted in page by page); the new shards staged for the after-step
+  // all-gather reuse them. Staging that no reduction's buffer could hold (buckets of one unit
+  // at stages 1-2, where no bucket buffer exists) is made once a step, reused by the step's runs
+  // and freed at its end, not held through the next forward. Buckets of one unit, of two, and
+  // one for the whole model; with and without overlap.
+  auto w = world();
+  for (int stage = 0; stage <= 3; ++stage)
+    for (std::int64_t bucket : {std::int64_t{1}, std::int64_t{1536}, std::int64_t{0}})
+      for (bool overlap : {false, true}) {
+        RunSpec spec;
+        spec.shape = models::MlpShape{5, 24, 48, 11};
+        spec.steps = 5;
+        spec.stage = stage;
+        spec.reduce_bucket = bucket;
+        spec.allgather_bucket = bucket;
+        spec.overlap = overlap;
+        spec.persistence_threshold = stage == 3 && overlap ? 1'000'000 : 0;
+        const auto r = run_mlp(*w, spec);
+        INFO("ranks " << w->size() << ", stage " << stage << ", reduce_bucket_size " << bucket
+                      << ", overlap " << overlap);
+        const auto& made = r.bucket_allocations;
+        REQUIRE(made.size() == 5);
+        const bool reductions = stage == 0 || bucket != 1;  // buffers of their own
+        const bool staging = stage == 1 || stage == 2 || spec.persistence_threshold > 0;
+        if (reductions || !staging) {
+          CHECK(made.back() == made.front());
+        } else {
+          for (std::size_t k = 1; k < made.size(); ++k) CHECK(made[k] - made[k - 1] == 1);
+        }
+        if (reductions || staging) CHECK(made.front() > 0);
+      }
+}
+
 TEST_CASE("Hierarchical sharding: shard groups of G ranks, replicated, deterministic and near flat") {
   // mics_shard_size G < N: states sharded over G consecutive ranks, replicated N / G times;
   // gradients reduce-scattered inside the group (rank order, fp32), then all-reduced across the

@@ -234,7 +234,10 @@ namespace {
 
 // The planner's replay of the engine before the planner ran the engine itself, kept as an
 // independent reference: every micro-batch, a rescan of the prefetch window and of every unit's
-// reduction at each call (quadratic in units), one reduction per unit.
+// reduction at each call (quadratic in units), one reduction per unit. Bucket buffers (stage 0's
+// reduced blocks, the after-step staging) are kept for reuse, a request taking the smallest that
+// holds it, and at the end of a step those no reduction used are freed (Spares,
+// zero/engine_impl.hpp): two steps run, the second one's peak counts.
 std::int64_t reference_step_peak(const PlanInput& in) {
   LayoutOptions lo;
   lo.shard_ranks = in.shard_size > 0 ? in.shard_size : in.ranks;
@@ -251,6 +254,30 @@ std::int64_t reference_step_peak(const PlanInput& in) {
   std::int64_t current = 0, peak = 0;
   auto alloc = [&](std::int64_t b) { current += b, peak = std::max(peak, current); };
   auto dealloc = [&](std::int64_t b) { current -= b; };
+  struct Buffer {
+    std::int64_t bytes = 0;
+    bool carried = false;  // a reduction used it in this step: kept past the step's end
+  };
+  std::vector<Buffer> kept;
+  auto take = [&](std::int64_t b, bool reduction) {
+    auto best = kept.end();
+    for (auto k = kept.begin(); k != kept.end(); ++k)
+      if (k->bytes >= b && (best == kept.end() || k->bytes < best->bytes)) best = k;
+    Buffer got{b, false};
+    if (best == kept.end())
+      alloc(b);
+    else
+      got = *best, kept.erase(best);
+    got.carried = got.carried || reduction;
+    return got;
+  };
+  auto keep = [&](Buffer b) { kept.push_back(b); };
+  auto end_step = [&] {
+    for (const Buffer& b : kept)
+      if (!b.carried) dealloc(b.bytes);
+    std::erase_if(kept, [](const Buffer& b) { return !b.carried; });
+    for (Buffer& b : kept) b.carried = false;
+  };
   enum class St { sharded, gathered };
   std::vector<St> st(nu, St::sharded);
   std::vector<std::int64_t> pending(nu, 0);
@@ -284,7 +311,11 @@ std::int64_t reference_step_peak(const PlanInput& in) {
     if (!pol.shard_params || L.units[u].persistent || st[u] == St::sharded) return;
     dealloc(w * L.units[u].padded_numel), st[u] = St::sharded;
   };
-  auto finish = [&](int u) { dealloc(pending[u]), pending[u] = 0; };
+  auto finish = [&](int u) {
+    if (pending[u] == 0) return;
+    pol.gather_grads ? keep({pending[u], true}) : dealloc(pending[u]);  // a block, or grads
+    pending[u] = 0;
+  };
   auto grads = [&](int u) {
     if (fresh[u]) return;
     finish(u);
@@ -294,27 +325,33 @@ std::int64_t reference_step_peak(const PlanInput& in) {
   auto reduce = [&](int u) {
     grads(u);
     const auto& U = L.units[u];
-    if (pol.gather_grads) alloc(r * U.shard_numel), pending[u] = r * U.shard_numel;
+    if (pol.gather_grads) pending[u] = take(r * U.shard_numel, true).bytes;
     else if (pol.shard_grads) pending[u] = w * U.padded_numel;
     fresh[u] = false;
     for (int v = 0; v < nu; ++v)
       if (v != u || !in.overlap_comm) finish(v);
   };
-  for (std::int64_t mb = 0; mb < in.gradient_accumulation_steps; ++mb) {
-    for (int u = 0; u < nu; ++u) gather(u), release(u);
-    for (int u = nu - 1; u >= 0; --u) gather(u), grads(u), release(u), reduce(u);
+  for (int s = 0; s < 2; ++s) {
+    peak = current;  // the second step's counts
+    for (std::int64_t mb = 0; mb < in.gradient_accumulation_steps; ++mb) {
+      for (int u = 0; u < nu; ++u) gather(u), release(u);
+      for (int u = nu - 1; u >= 0; --u) gather(u), grads(u), release(u), reduce(u);
+    }
+    for (int u = 0; u < nu; ++u) finish(u);
+    for (int u = 0; u < nu; ++u) release(u);
+    std::int64_t scratch = 0;
+    if (in.gradient_accumulation_steps == 1 && rd != DType::f32) {
+      for (int u = 0; u < nu; ++u)
+        scratch = std::max(scratch,
+                           pol.shard_optimizer ? L.units[u].shard_numel : L.units[u].padded_numel);
+      alloc(4 * scratch);
+    }
+    for (const auto& U : L.units)
+      if (pol.shard_optimizer && (!pol.shard_params || U.persistent))
+        keep(take(w * U.shard_numel, false));
+    end_step();
+    dealloc(4 * scratch);
   }
-  for (int u = 0; u < nu; ++u) finish(u);
-  for (int u = 0; u < nu; ++u) release(u);
-  std::int64_t scratch = 0;
-  if (in.gradient_accumulation_steps == 1 && rd != DType::f32) {
-    for (int u = 0; u < nu; ++u)
-      scratch = std::max(scratch, pol.shard_optimizer ? L.units[u].shard_numel : L.units[u].padded_numel);
-    alloc(4 * scratch);
-  }
-  for (const auto& U : L.units)
-    if (pol.shard_optimizer && (!pol.shard_params || U.persistent))
-      alloc(w * U.shard_numel), dealloc(w * U.shard_numel);
   return peak;
 }
 
