@@ -102,6 +102,7 @@ class CpuBackend : public Backend {
 class EmulatedDeviceAllocator final : public Allocator {
  public:
   void* allocate(std::size_t bytes) override { return host_.allocate(bytes); }
+  void* allocate_unset(std::size_t bytes) override { return host_.allocate_unset(bytes); }
   void deallocate(void* p, std::size_t bytes) noexcept override { host_.deallocate(p, bytes); }
   comm::Memory where() const override { return comm::Memory::device; }
 

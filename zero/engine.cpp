@@ -215,7 +215,7 @@ Allocation Spares::take(Ledger& ledger, Category c, std::int64_t bytes, comm::Me
     if (k->bytes() >= n && k->category() == c && k->where() == where &&
         (best == kept_.end() || k->bytes() < best->bytes()))
       best = k;
-  Allocation a = best == kept_.end() ? ledger.allocate(c, n, where) : std::move(*best);
+  Allocation a = best == kept_.end() ? ledger.allocate_unset(c, n, where) : std::move(*best);
   if (best != kept_.end()) kept_.erase(best);
   if (carry && std::ranges::find(carried_, a.data()) == carried_.end())
     carried_.push_back(a.data());
@@ -467,7 +467,7 @@ void Engine::Impl::reserve_gather(int u) {
   const auto& U = layout.units[u];
   UnitRun& run = units[u];
   const ScopeTimer t = waiting();  // the gather's receive buffer is communication time
-  run.gathered = alloc(Category::gathered, bytes(U.padded_numel, work_dtype));
+  run.gathered = alloc_unset(Category::gathered, bytes(U.padded_numel, work_dtype));
   run.state = UnitState::gathering;
   live_elements += U.padded_numel;
   gathers_to_issue.push_back(u);
@@ -519,7 +519,7 @@ void Engine::Impl::issue_gathers(bool first_alone) {
     GatherGroup& g = gather_groups[static_cast<std::size_t>(first)];
     g.first = first;
     g.last = last;
-    g.packed = alloc(Category::gathered, bytes(shard_ranks * packed.shard(), work_dtype));
+    g.packed = alloc_unset(Category::gathered, bytes(shard_ranks * packed.shard(), work_dtype));
     g.handle = this->shard->all_gather_async(
         slice(shard_params(), work_dtype, layout.units[first].shard_offset, packed.shard()).cview(),
         slice(g.packed, work_dtype, 0, shard_ranks * packed.shard()).view());
@@ -570,7 +570,7 @@ void Engine::Impl::gathered_now(int u) {
   // forward gather builds the secondary partition; no extra communication).
   const auto& U = layout.units[u];
   const std::int64_t n = U.padded_numel / secondary->size();
-  run.secondary = alloc(Category::secondary, bytes(n, work_dtype));
+  run.secondary = alloc_unset(Category::secondary, bytes(n, work_dtype));
   backend->copy(run.secondary.data(),
                 static_cast<const std::byte*>(run.gathered.data()) + bytes(secondary->rank() * n, work_dtype),
                 static_cast<std::size_t>(bytes(n, work_dtype)));

@@ -77,8 +77,8 @@ struct BucketFill {
 class Spares {
  public:
   explicit Spares(bool enabled) : enabled_(enabled) {}
-  // A kept buffer of at least `bytes`, or a new one. `carry`: asked for by a reduction, so kept
-  // past the end of the step.
+  // A kept buffer of at least `bytes`, or a new one (not zeroed: every bucket buffer is written
+  // whole by its first use). `carry`: asked for by a reduction, so kept past the end of the step.
   Allocation take(Ledger& ledger, Category c, std::int64_t bytes, comm::Memory where, bool carry);
   void keep(Allocation a);  // frees one of another category (or any, when not enabled)
   void end_step();          // frees the kept buffers no reduction of this step used
@@ -265,6 +265,10 @@ struct Engine::Impl {
 
   Allocation alloc(Category c, std::int64_t bytes) {
     return ledger.allocate(c, static_cast<std::size_t>(bytes), mem());
+  }
+  // Not zeroed: for a buffer its first use writes whole (a gather's output, a copy's target).
+  Allocation alloc_unset(Category c, std::int64_t bytes) {
+    return ledger.allocate_unset(c, static_cast<std::size_t>(bytes), mem());
   }
   void store(const Slice& dst, const float* src) {
     backend->store_from_f32(dst.data, dst.dtype, src, dst.count);

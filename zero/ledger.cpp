@@ -59,14 +59,19 @@ std::string_view name_of(Category c) {
 // --- HostAllocator ---------------------------------------------------------------------------
 
 void* HostAllocator::allocate(std::size_t bytes) {
+  void* p = allocate_unset(bytes);
+  // Zeroing also commits the pages, so the process's resident memory matches the ledger.
+  std::memset(p, 0, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+  return p;
+}
+
+void* HostAllocator::allocate_unset(std::size_t bytes) {
   // aligned_alloc wants a size that is a multiple of the alignment.
   if (bytes > SIZE_MAX - kAlignment) throw std::bad_alloc();
   const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded);
   if (p == nullptr) throw std::bad_alloc();
-  // Zeroing also commits the pages, so the process's resident memory matches the ledger.
-  std::memset(p, 0, rounded);
-  return p;
+  return p;  // its first use writes it whole, and so commits the pages
 }
 
 void HostAllocator::deallocate(void* p, std::size_t) noexcept {
@@ -168,6 +173,15 @@ void Ledger::add(Space& s, Category c, std::int64_t delta) {
 }
 
 Allocation Ledger::allocate(Category category, std::size_t bytes, comm::Memory memory) {
+  return allocate(category, bytes, memory, true);
+}
+
+Allocation Ledger::allocate_unset(Category category, std::size_t bytes, comm::Memory memory) {
+  return allocate(category, bytes, memory, false);
+}
+
+Allocation Ledger::allocate(Category category, std::size_t bytes, comm::Memory memory,
+                            bool zeroed) {
   Allocator* allocator = allocators_[index(memory)].get();
   if (allocator == nullptr)
     throw Error(cat("cannot allocate ", bytes, " bytes of ", name_of(category), ": no ",
@@ -182,7 +196,8 @@ Allocation Ledger::allocate(Category category, std::size_t bytes, comm::Memory m
     throw Error(cat("cannot allocate ", bytes, " bytes of ", name_of(category), ": too large"));
   void* data = nullptr;
   try {
-    data = allocator->allocate(bytes);  // outside the lock: zeroing a large buffer takes a while
+    // Outside the lock: zeroing a large buffer takes a while.
+    data = zeroed ? allocator->allocate(bytes) : allocator->allocate_unset(bytes);
   } catch (const std::bad_alloc&) {
     const LedgerSnapshot s = snapshot(memory);
     throw Error(cat("out of ", memory_name(memory), " memory allocating ", bytes, " bytes of ",

@@ -48,6 +48,9 @@ class Allocator {
   // Returns `bytes` (> 0) zero-initialised bytes aligned to at least 64 bytes; throws
   // std::bad_alloc when out of memory (the ledger turns it into a zero::Error with the category).
   virtual void* allocate(std::size_t bytes) = 0;
+  // The same without the zeroing, for a buffer that its first use writes entirely (a
+  // collective's output, a packed copy); an allocator that cannot skip it zeroes anyway.
+  virtual void* allocate_unset(std::size_t bytes) { return allocate(bytes); }
   // Frees what allocate(bytes) returned, with the same `bytes`.
   virtual void deallocate(void* p, std::size_t bytes) noexcept = 0;
   virtual comm::Memory where() const = 0;
@@ -58,6 +61,7 @@ class HostAllocator final : public Allocator {
  public:
   static constexpr std::size_t kAlignment = 64;
   void* allocate(std::size_t bytes) override;
+  void* allocate_unset(std::size_t bytes) override;
   void deallocate(void* p, std::size_t bytes) noexcept override;
   comm::Memory where() const override { return comm::Memory::host; }
 };
@@ -149,6 +153,9 @@ class Ledger {
   // serves `memory` or the backend is out of memory (naming the category and the bytes held).
   Allocation allocate(Category category, std::size_t bytes,
                       comm::Memory memory = comm::Memory::host);
+  // The same, not zeroed (Allocator::allocate_unset): for a buffer its first use writes whole.
+  Allocation allocate_unset(Category category, std::size_t bytes,
+                            comm::Memory memory = comm::Memory::host);
 
   // Memory held by someone else (the communicator's staging scratch, a library workspace) that
   // the report must include: delta > 0 when it is taken, < 0 when given back. Throws zero::Error
@@ -172,6 +179,7 @@ class Ledger {
   static int index(comm::Memory m) { return static_cast<int>(m); }
   void add(Space& s, Category c, std::int64_t delta);  // caller holds mutex_
   void release(Allocation& a) noexcept;
+  Allocation allocate(Category category, std::size_t bytes, comm::Memory memory, bool zeroed);
 
   std::array<std::unique_ptr<Allocator>, 2> allocators_;  // indexed by Memory
   mutable std::mutex mutex_;

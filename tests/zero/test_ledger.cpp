@@ -189,6 +189,30 @@ TEST_CASE("returned memory is 64-byte aligned and zeroed", "[ledger]") {
   }
 }
 
+TEST_CASE("an unset allocation is aligned and counted like a zeroed one, and counted apart", "[ledger]") {
+  Ledger ledger;
+  Allocation a = ledger.allocate_unset(Category::gathered, 1000);
+  Allocation z = ledger.allocate(Category::gathered, 24);
+  CHECK(reinterpret_cast<std::uintptr_t>(a.data()) % 64 == 0);
+  CHECK(a.bytes() == 1000);
+  CHECK(ledger.snapshot()[Category::gathered].current == 1024);
+  CHECK(ledger.snapshot()[Category::gathered].allocations == 2);
+  CHECK(ledger.snapshot().live_allocations == 2);
+  a.reset();
+  CHECK(ledger.snapshot()[Category::gathered].current == 24);
+  CHECK(ledger.snapshot()[Category::gathered].allocations == 2);  // made, not alive
+  CHECK(ledger.allocate_unset(Category::params, 0).empty());
+  // An allocator that cannot skip the zeroing (a device one without the override) zeroes.
+  auto device = std::make_unique<CountingAllocator>(Memory::device);
+  CountingAllocator* counts = device.get();
+  Ledger on_device(nullptr, std::move(device));
+  Allocation d = on_device.allocate_unset(Category::buckets, 4096, Memory::device);
+  CHECK(counts->allocations == 1);
+  bool zero = true;
+  for (std::uint8_t byte : d.as<std::uint8_t>()) zero = zero && byte == 0;
+  CHECK(zero);
+}
+
 TEST_CASE("as<T> views the buffer as whole elements and rejects a partial one", "[ledger]") {
   Ledger ledger;
   Allocation a = ledger.allocate(Category::master, 40);
