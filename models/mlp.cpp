@@ -189,15 +189,22 @@ double MlpTrainer::host_micro_batch(Engine& engine, Call& call) {
   const int L = shape_.layers, W = shape_.width, B = static_cast<int>(batch_);
   std::vector<float> bias(static_cast<std::size_t>(W)), dbias(static_cast<std::size_t>(W));
 
+  // fp32 params are read where the engine keeps them; 16-bit ones are widened into w_ first.
+  auto weights = [&](const TensorView& t) -> const float* {
+    if (t.dtype == DType::f32) return t.as<const float>().data();
+    to_f32(t, w_.data());
+    return w_.data();
+  };
+
   // Forward: acts[l+1] = act(acts[l] W^T + b), tanh except after the last layer.
   for (int l = 0; l < L; ++l) {
     call([&] { engine.gather(l); });
-    to_f32(engine.param(2 * l), w_.data());
+    const float* w = weights(engine.param(2 * l));
     to_f32(engine.param(2 * l + 1), bias.data());
-    call([&] { engine.release(l); });
     float* out = acts_[l + 1].data();
     for (int i = 0; i < B; ++i) std::memcpy(out + i * W, bias.data(), sizeof(float) * W);
-    kernels::cpu::gemm(false, true, B, W, W, 1.0f, acts_[l].data(), W, w_.data(), W, 1.0f, out, W);
+    kernels::cpu::gemm(false, true, B, W, W, 1.0f, acts_[l].data(), W, w, W, 1.0f, out, W);
+    call([&] { engine.release(l); });
     if (l + 1 < L)
       for (int i = 0; i < B * W; ++i) out[i] = std::tanh(out[i]);
   }
@@ -213,28 +220,28 @@ double MlpTrainer::host_micro_batch(Engine& engine, Call& call) {
   }
   loss /= static_cast<double>(B) * W;
 
-  // Backward, last layer first: dW = dZ^T X, db = sum_rows dZ, dX = dZ W.
+  // Backward, last layer first: dW = dZ^T X, db = sum_rows dZ, dX = dZ W. The documented order:
+  // gradients written while the unit is gathered, then release. fp32 gradients are computed
+  // straight into the engine's buffer; 16-bit ones into dw_, then narrowed into it.
   for (int l = L - 1; l >= 0; --l) {
     call([&] { engine.gather(l); });
-    to_f32(engine.param(2 * l), w_.data());
-    kernels::cpu::gemm(true, false, W, W, B, 1.0f, dz_.data(), W, acts_[l].data(), W, 0.0f,
-                       dw_.data(), W);
-    for (int j = 0; j < W; ++j) dbias[j] = 0;
-    for (int i = 0; i < B; ++i)
-      for (int j = 0; j < W; ++j) dbias[j] += dz_[i * W + j];
-    if (l > 0) {
-      kernels::cpu::gemm(false, false, B, W, W, 1.0f, dz_.data(), W, w_.data(), W, 0.0f,
-                         dprev_.data(), W);
-      const float* a = acts_[l].data();  // tanh output of the previous layer
-      for (int i = 0; i < B * W; ++i) dz_[i] = dprev_[i] * (1.0f - a[i] * a[i]);
-    }
-    // The documented order: gradients written while the unit is gathered, then release.
     TensorView gw, gb;
     call([&] {
       gw = engine.grad(2 * l);
       gb = engine.grad(2 * l + 1);
     });
-    from_f32(dw_.data(), gw);
+    const float* w = weights(engine.param(2 * l));
+    float* dw = gw.dtype == DType::f32 ? gw.as<float>().data() : dw_.data();
+    kernels::cpu::gemm(true, false, W, W, B, 1.0f, dz_.data(), W, acts_[l].data(), W, 0.0f, dw, W);
+    for (int j = 0; j < W; ++j) dbias[j] = 0;
+    for (int i = 0; i < B; ++i)
+      for (int j = 0; j < W; ++j) dbias[j] += dz_[i * W + j];
+    if (l > 0) {
+      kernels::cpu::gemm(false, false, B, W, W, 1.0f, dz_.data(), W, w, W, 0.0f, dprev_.data(), W);
+      const float* a = acts_[l].data();  // tanh output of the previous layer
+      for (int i = 0; i < B * W; ++i) dz_[i] = dprev_[i] * (1.0f - a[i] * a[i]);
+    }
+    if (dw == dw_.data()) from_f32(dw_.data(), gw);
     from_f32(dbias.data(), gb);
     call([&] {
       engine.release(l);
