@@ -57,12 +57,10 @@ class StartupWatchdog {
       std::unique_lock lock(mu_);
       if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return done_; })) return;
       abort_job(cat(prefix, "rank ", job_rank(), " of ", job_size(),
-                    ": MPI startup (MPI_Init_thread) did "
-                    "not finish within ",
-                    seconds,
-                    " s: a rank of the job did not start or stalled "
-                    "before joining it (a process stopped or swapped out, a node unreachable); the "
-                    "limit is the communication timeout (--timeout, comm_timeout)"),
+                    ": MPI startup (MPI_Init_thread) did not finish within ", seconds,
+                    " s: a rank of the job did not start or stalled before joining it (a process "
+                    "stopped or swapped out, a node unreachable); the limit is the communication "
+                    "timeout (--timeout, comm_timeout)"),
                 1);
     });
   }

@@ -71,9 +71,10 @@ struct BucketFill {
 // used in it is freed: only what the next backward will ask for again is carried over (the
 // step's own staging, when it did not reuse a bucket, is not held through the next forward).
 // The ledger counts what is kept, and the planner, running this code, counts it too.
-// Host memory only (and the emulated device's, which is host memory): a GPU's stream-ordered
-// pool (cudaMallocAsync) already makes a bucket cheap to allocate, and hands the memory to
-// activations between reductions, where a kept buffer would be held through the forward pass.
+// Host memory only (the emulated device too, so that it runs the device path as a GPU would): a
+// GPU's stream-ordered pool (cudaMallocAsync) already makes a bucket cheap to allocate, and hands
+// the memory to activations between reductions, where a kept buffer would be held through the
+// forward pass.
 class Spares {
  public:
   explicit Spares(bool enabled) : enabled_(enabled) {}
@@ -230,7 +231,7 @@ struct Engine::Impl {
   Allocation accum;
   std::vector<BucketFill> buckets;   // indexed like Layout::buckets
   // The reductions' bucket buffers, from step to step (host memory only, see Spares).
-  Spares spares{mem() == comm::Memory::host || options.emulate_device};
+  Spares spares{mem() == comm::Memory::host};
   // A bucket buffer of at least `bytes`, kept or new; `reduction`: for a gradient reduction.
   Allocation bucket_buffer(std::int64_t bytes, bool reduction) {
     return spares.take(ledger, Category::buckets, bytes, mem(), reduction);
