@@ -35,6 +35,24 @@ const char* thread_level_name(int level) {
   return "an unknown MPI thread level";
 }
 
+std::span<const MpiDefault> mpi_transport_defaults() {
+#if defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5
+  static constexpr MpiDefault defaults[] = {{"OMPI_MCA_pml_ob1_send_pipeline_depth", "64"},
+                                            {"OMPI_MCA_btl_sm_max_send_size", "131072"}};
+  return defaults;
+#elif defined(OMPI_MAJOR_VERSION)
+  static constexpr MpiDefault defaults[] = {{"OMPI_MCA_pml_ob1_send_pipeline_depth", "64"},
+                                            {"OMPI_MCA_btl_vader_max_send_size", "131072"}};
+  return defaults;
+#else
+  return {};
+#endif
+}
+
+void apply_mpi_transport_defaults() {
+  for (const MpiDefault& d : mpi_transport_defaults()) ::setenv(d.var, d.value, 0);
+}
+
 MpiRuntime::MpiRuntime() {
   init(nullptr, nullptr, {});
 }
@@ -95,6 +113,7 @@ void MpiRuntime::init(int* argc, char*** argv, RuntimeOptions options) {
   }
   // This rank's threads, and those MPI and the communicators start, under any launcher.
   mpi::use_short_time_slices();
+  apply_mpi_transport_defaults();
   int rc = MPI_SUCCESS;
   {
     const StartupWatchdog watchdog(options.startup_timeout_seconds, options.error_prefix);

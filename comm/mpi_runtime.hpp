@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <span>
 #include <string>
 
 namespace zero::comm {
@@ -61,6 +62,27 @@ bool in_mpi_job();
 // Never touches MPI. `zero info` reports it (the -n launcher keeps plain copies unless told:
 // cli/launch.cpp says why).
 bool cross_memory_attach_permitted();
+
+// An Open MPI parameter (its OMPI_MCA_* environment variable) that zero sets before MPI_Init
+// when the environment leaves it unset: a user's or launcher's own value always wins.
+struct MpiDefault {
+  const char* var;
+  const char* value;
+};
+
+// zero's defaults for the MPI it was built with (none for an MPI other than Open MPI). Open MPI's
+// shared-memory transport moves a large message without single copy (cli/launch.cpp says why it
+// is off) in fragments of btl_vader_max_send_size (32 KiB), at most pml_ob1_send_pipeline_depth
+// (3) of them in flight: 96 KiB per round trip between the sender's and the receiver's
+// communication threads, each a wake-up when the rank computes meanwhile (stage 3's prefetched
+// gathers: 2 MiB a shard, 21 round trips). With 64 fragments of 128 KiB a round trip moves up to
+// the 4 MiB shared segment a rank has. Measured in docs/benchmarks.md ("Open MPI's send
+// pipeline"): stage 3 fp32 at 2 ranks, median 794 -> 928 samples/s; stage 0 unchanged.
+std::span<const MpiDefault> mpi_transport_defaults();
+
+// Sets every mpi_transport_defaults() variable the environment leaves unset (never overwrites).
+// MpiRuntime calls it before MPI_Init_thread, so it holds under mpirun, srun or the -n launcher.
+void apply_mpi_transport_defaults();
 
 // The name of an MPI_THREAD_* level, for messages.
 const char* thread_level_name(int level);
