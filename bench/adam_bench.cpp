@@ -15,6 +15,7 @@
 //   triad       STREAM's triad a = b + s*c over three other arrays                        12 B
 // "of bound" is the bound's time over zero's: 1.0 means zero runs at the speed of the copy.
 // --threads N splits every array into N contiguous pieces, one per thread (first touched by it).
+// Arrays come from zero::HostAllocator, as the engine's shards do: huge pages at these sizes.
 // Sizes take K, M, G suffixes as powers of two (16M = 16777216 elements, as PyTorch counts).
 #include <immintrin.h>
 
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "kernels/cpu/adamw.hpp"
+#include "zero/ledger.hpp"
 #include "precision/simd.hpp"
 
 namespace {
@@ -156,18 +158,19 @@ auto pick(SimdPath path, F512 f512, F2 f2, F1 f1) {
 
 // ---- memory and threads ----
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
+// Every array comes from the engine's host allocator, as the shards it updates do (huge pages
+// for large buffers, zero/ledger.hpp), for zero's kernel and the bound kernels alike.
+struct HostFree {
+  std::size_t bytes = 0;
+  void operator()(void* p) const { zero::HostAllocator().deallocate(p, bytes); }
 };
 template <class T>
-using Buffer = std::unique_ptr<T[], FreeDeleter>;
+using Buffer = std::unique_ptr<T[], HostFree>;
 
 template <class T>
 Buffer<T> allocate(std::size_t n) {
-  const std::size_t bytes = (n * sizeof(T) + 4095) / 4096 * 4096;
-  void* p = std::aligned_alloc(4096, bytes);
-  if (!p) throw std::bad_alloc();
-  return Buffer<T>(static_cast<T*>(p));
+  const std::size_t bytes = n * sizeof(T);
+  return Buffer<T>(static_cast<T*>(zero::HostAllocator().allocate_unset(bytes)), HostFree{bytes});
 }
 
 // The calling thread is worker 0; the others wait on a barrier for the next job.

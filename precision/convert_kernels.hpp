@@ -24,7 +24,10 @@ struct ConvertKernels {
 // nullptr where the path is not compiled in (non-x86 builds). Whether the CPU can run it is
 // simd.hpp's available(); these tables must only be used after that says yes.
 const ConvertKernels* avx2_kernels();
+// AVX-512's, with float to bf16 through AVX512_BF16's vcvtneps2bf16 where the CPU has it (and
+// AVX512VL); the explicit choice is for the tests, which compare both on such a CPU.
 const ConvertKernels* avx512_kernels();
+const ConvertKernels* avx512_kernels(bool use_cvtneps2bf16);
 
 }  // namespace zero::detail
 

@@ -12,6 +12,8 @@
 #endif
 
 #include "precision/convert.hpp"
+#include "precision/convert_kernels.hpp"
+#include "precision/simd.hpp"
 #include "reference.hpp"
 
 using namespace zero;
@@ -209,6 +211,40 @@ TEST_CASE(
     CHECK(count_path_mismatches<bf16>(in, path, to_bf16) == 0);
     CHECK(count_path_mismatches<fp16>(in, path, to_fp16) == 0);
   }
+}
+
+TEST_CASE(
+    "AVX-512's float to bf16 gives the same bits with vcvtneps2bf16 and its denormal fix-up as "
+    "with the integer rounding",
+    "[rne][paths]") {
+  if (!cpu_features().avx512bf16 || !cpu_features().avx512vl) {
+    WARN("no AVX512_BF16 on this CPU: the vcvtneps2bf16 path did not run");
+    return;
+  }
+  std::vector<float> in = bf16_ref().tie_and_boundary_inputs();
+  const auto sp = special_inputs();
+  in.insert(in.end(), sp.begin(), sp.end());
+  in.insert(in.end(), random_inputs().begin(), random_inputs().end());
+  // Denormals (both signs, tiny to largest) alone, among normals and zeros, in every lane.
+  std::mt19937 rng(7);
+  for (int k = 0; k < 4096; ++k) {
+    const std::uint32_t mantissa = 1 + rng() % 0x7fffff, sign = (rng() & 1u) << 31;
+    const std::uint32_t pattern = k % 3 == 0 ? (rng() & 0x807fffffu) : sign | mantissa;
+    in.push_back(from_bits(k % 5 == 4 ? 0x3f800000u | (rng() & 0xffffu) : pattern));
+  }
+  in.push_back(from_bits(0x00000001u));  // a denormal in the scalar tail
+  for (const bool cvtne : {false, true}) {
+    INFO((cvtne ? "vcvtneps2bf16" : "integer rounding"));
+    std::vector<bf16> out(in.size());
+    zero::detail::avx512_kernels(cvtne)->f32_to_bf16(in.data(), out.data(), in.size());
+    int wrong = 0;
+    for (std::size_t i = 0; i < in.size(); ++i)
+      if (out[i].bits != to_bf16(in[i]).bits && wrong++ == 0)
+        FAIL_CHECK("float bits 0x" << std::hex << bits(in[i]) << " gave 0x" << out[i].bits
+                                   << ", to_bf16 0x" << to_bf16(in[i]).bits);
+    CHECK(wrong == 0);
+  }
+  CHECK(zero::detail::avx512_kernels() == zero::detail::avx512_kernels(true));
 }
 
 #if defined(__x86_64__)

@@ -3,6 +3,9 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <new>
 #include <thread>
 #include <utility>
@@ -211,6 +214,52 @@ TEST_CASE("an unset allocation is aligned and counted like a zeroed one, and cou
   bool zero = true;
   for (std::uint8_t byte : d.as<std::uint8_t>()) zero = zero && byte == 0;
   CHECK(zero);
+}
+
+namespace {
+
+// The VmFlags line of the mapping of /proc/self/smaps that holds address p ("" if none).
+std::string vm_flags_at(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a large host buffer starts on a 2 MiB boundary and asks for huge pages", "[ledger]") {
+  zero::HostAllocator host;
+  const std::size_t bytes = zero::HostAllocator::kHugeFrom + 12345;
+  for (const bool unset : {false, true}) {
+    void* p = unset ? host.allocate_unset(bytes) : host.allocate(bytes);
+    CHECK(reinterpret_cast<std::uintptr_t>(p) % zero::HostAllocator::kHugePage == 0);
+    std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string modes;
+    std::getline(thp, modes);
+    if (modes.find("[never]") == std::string::npos && !modes.empty()) {
+      const std::string flags = vm_flags_at(p);
+      INFO(flags);
+      CHECK(flags.find(" hg") != std::string::npos);  // MADV_HUGEPAGE on this mapping
+    } else {
+      WARN("transparent huge pages are off here: only the alignment was checked");
+    }
+    host.deallocate(p, bytes);
+  }
+  // A small one is not rounded to 2 MiB.
+  void* q = host.allocate_unset(4096);
+  CHECK(reinterpret_cast<std::uintptr_t>(q) % zero::HostAllocator::kAlignment == 0);
+  host.deallocate(q, 4096);
 }
 
 TEST_CASE("as<T> views the buffer as whole elements and rejects a partial one", "[ledger]") {
