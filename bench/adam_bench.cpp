@@ -36,8 +36,8 @@
 #include <vector>
 
 #include "kernels/cpu/adamw.hpp"
-#include "zero/ledger.hpp"
 #include "precision/simd.hpp"
+#include "zero/ledger.hpp"
 
 namespace {
 

@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <new>
 #include <sstream>
 #include <string>
-#include <new>
 #include <thread>
 #include <utility>
 #include <vector>
