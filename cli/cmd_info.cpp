@@ -3,6 +3,8 @@
 #include <boost/program_options.hpp>
 #include <cstdlib>
 #include <iostream>
+#include <string>
+#include <string_view>
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
@@ -33,8 +35,25 @@ std::string single_copy_text() {
              : "none (two copies); this machine forbids cross-memory attach (one copy)";
 }
 
+// The Open MPI send pipeline that MpiRuntime sets before MPI_Init (comm::mpi_transport_defaults),
+// each parameter with its value and who chose it, as a row after "MPI copies" and as
+// mpi_send_pipeline in the JSON. Empty for another MPI.
+std::string send_pipeline_text() {
+  std::string text;
+  for (const comm::MpiDefault& d : comm::mpi_transport_defaults()) {
+    const std::string_view var = d.var;
+    const std::string_view name = var.substr(var.find("OMPI_MCA_") == 0 ? 9 : 0);
+    const char* set = std::getenv(d.var);
+    text += cat(text.empty() ? "" : ", ", name, '=', set ? set : d.value,
+                set ? cat(" (set by ", var, ")") : std::string(" (zero's default)"));
+  }
+  return text;
+}
+
 std::string with_single_copy_row(std::string text) {
-  const std::string row = "  MPI copies    " + single_copy_text() + '\n';
+  std::string row = "  MPI copies    " + single_copy_text() + '\n';
+  if (const std::string sends = send_pipeline_text(); !sends.empty())
+    row += "  MPI sends     " + sends + '\n';
   const std::size_t mpi = text.find("\n  MPI ");
   const std::size_t end = mpi == std::string::npos ? std::string::npos : text.find('\n', mpi + 1);
   text.insert(end == std::string::npos ? text.size() : end + 1, row);
@@ -49,6 +68,7 @@ std::string with_gemm_bf16_keys(const std::string& json, const kernels::cpu::Gem
   o["onednn_version"] = g.onednn_version;
   o["onednn_bf16_impl"] = g.onednn_impl;
   o["mpi_single_copy"] = single_copy_text();
+  o["mpi_send_pipeline"] = send_pipeline_text();
   return boost::json::serialize(o);
 }
 

@@ -3,7 +3,8 @@
 copies unless the user's OMPI_MCA_btl_vader_single_copy_mechanism says otherwise, and `zero info`
 saying whether the one copy by cross-memory attach (CMA) would work here (probed here
 independently: a forked child reads its parent's memory with process_vm_readv, through ctypes).
-Where it would, a run with it trains to the same bits as the default.
+Where it would, a run with it trains to the same bits as the default. `zero info` also names the
+send pipeline zero sets for Open MPI (comm::mpi_transport_defaults) and who chose each value.
 Usage: test_single_copy.py path/to/zero. Prints 'N passed, N failed'."""
 import ctypes
 import json
@@ -69,6 +70,30 @@ check("zero info says when the user's variable decides",
 text = subprocess.run([ZERO, "info"], capture_output=True, text=True, timeout=60, env=env()).stdout
 check("zero info's table has the row under the MPI row",
       re.search(r"\n  MPI .*\n  MPI copies    none \(two copies\); ", text) is not None, text)
+
+# The send pipeline MpiRuntime sets before MPI_Init (comm::mpi_transport_defaults), unless the
+# environment sets its own (tests/comm/test_runtime.cpp checks what MPI then runs with).
+DEPTH = "OMPI_MCA_pml_ob1_send_pipeline_depth"
+
+
+def sends(**extra):
+    r = subprocess.run([ZERO, "info", "--json"], capture_output=True, text=True, timeout=60,
+                       env={k: v for k, v in env(**extra).items()
+                            if k not in (DEPTH, "OMPI_MCA_btl_vader_max_send_size")
+                            or k in extra})
+    return json.loads(r.stdout).get("mpi_send_pipeline", "") if r.returncode == 0 else ""
+
+
+if "Open MPI" in text:
+    check("zero info names zero's send pipeline", sends() ==
+          "pml_ob1_send_pipeline_depth=64 (zero's default), "
+          "btl_vader_max_send_size=131072 (zero's default)", sends())
+    check("zero info says when the user's variable decides the send pipeline",
+          sends(**{DEPTH: "5"}).startswith(f"pml_ob1_send_pipeline_depth=5 (set by {DEPTH}), "),
+          sends(**{DEPTH: "5"}))
+    check("zero info's table has the send pipeline under the copies",
+          re.search(r"\n  MPI copies .*\n  MPI sends     pml_ob1_send_pipeline_depth=", text)
+          is not None, text)
 
 
 def checksum(**extra):
