@@ -19,8 +19,9 @@ Each rank is one process with one compute thread (zero: one OpenBLAS thread per 
 torch.set_num_threads(1)). samples/s over the steady state: steps 2..N (zero's own --json figure
 leaves out step 1 too). zero makes its samples inside the timed step (its 'data' part, a few per
 cent); PyTorch's batch is made once, before the loop. Runs interleave zero and PyTorch, the order
-flipping each repetition; prints min and median of the ratios zero / PyTorch and zero's stage 3 /
-stage 0, and writes every measurement to --json.
+flipping each repetition, and zero's stage 0 and stage 3 runs of a repetition are adjacent too;
+prints min and median of the ratios zero / PyTorch and zero's stage 3 / stage 0, and writes every
+measurement to --json.
 
   .venv-peers/bin/python bench/peers/train.py --zero build/cli/zero [--ranks 2,4]
       [--precision fp32,bf16] [--stages 0,1,2,3] [--layers 8] [--width 1024]
@@ -160,17 +161,31 @@ def main():
         a.precision = a.precision.split(",")[0]
         return torch_worker(a)
 
-    cases = [(int(r), p, int(s)) for r in a.ranks.split(",") for p in a.precision.split(",")
-             for s in a.stages.split(",")]
+    stages = [int(s) for s in a.stages.split(",")]
+    groups = [(int(r), p) for r in a.ranks.split(",") for p in a.precision.split(",")]
+    cases = [(r, p, s) for r, p in groups for s in stages]
     got = {c: {"zero": [], "torch": []} for c in cases}
     for rep in range(a.reps):
-        for c in cases:
-            order = (run_zero, run_torch) if rep % 2 == 0 else (run_torch, run_zero)
-            for fn in order:
-                got[c]["zero" if fn is run_zero else "torch"].append(fn(a, *c))
-            z, t = got[c]["zero"][-1], got[c]["torch"][-1]
-            print(f"rep {rep + 1}  {c[0]} ranks {c[1]} stage {c[2]}: zero {z:8.1f}  torch "
-                  f"{t:8.1f} samples/s  ratio {z / t:.2f}", flush=True)
+        for r, p in groups:
+            # Each stage's zero and PyTorch runs side by side, which goes first flipping each
+            # rep; zero's stage 0 and stage 3 runs also side by side (torch 0, zero 0, zero 3,
+            # torch 3, reversed on odd reps), so that their ratio compares runs seconds apart.
+            runs = []
+            for s in stages:
+                if s == 3 and 0 in stages:
+                    continue
+                if s == 0 and 3 in stages:
+                    pair = [(run_torch, 0), (run_zero, 0), (run_zero, 3), (run_torch, 3)]
+                    runs += pair if rep % 2 == 0 else pair[::-1]
+                else:
+                    order = [(run_zero, s), (run_torch, s)]
+                    runs += order if rep % 2 == 0 else order[::-1]
+            for fn, s in runs:
+                got[(r, p, s)]["zero" if fn is run_zero else "torch"].append(fn(a, r, p, s))
+            for s in stages:
+                z, t = got[(r, p, s)]["zero"][-1], got[(r, p, s)]["torch"][-1]
+                print(f"rep {rep + 1}  {r} ranks {p} stage {s}: zero {z:8.1f}  torch "
+                      f"{t:8.1f} samples/s  ratio {z / t:.2f}", flush=True)
 
     names = {0: "DDP", 1: "DDP+ZeRO-1 opt", 2: "FSDP SHARD_GRAD_OP", 3: "FSDP FULL_SHARD"}
     print(f"\nzero / PyTorch, samples/s ({a.layers} x {a.width}, global batch {a.global_batch}, "
