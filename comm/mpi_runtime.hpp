@@ -77,7 +77,7 @@ struct MpiDefault {
 // communication threads, each a wake-up when the rank computes meanwhile (stage 3's prefetched
 // gathers: 2 MiB a shard, 21 round trips). With 64 fragments of 128 KiB a round trip moves up to
 // the 4 MiB shared segment a rank has. Measured in docs/benchmarks.md ("Open MPI's send
-// pipeline"): stage 3 fp32 at 2 ranks, median 794 -> 928 samples/s; stage 0 unchanged.
+// pipeline"): stage 3 fp32 at 2 ranks, median 795 -> 929 samples/s; stage 0 unchanged.
 std::span<const MpiDefault> mpi_transport_defaults();
 
 // Sets every mpi_transport_defaults() variable the environment leaves unset (never overwrites).

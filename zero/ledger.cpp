@@ -68,21 +68,17 @@ void* HostAllocator::allocate(std::size_t bytes) {
 }
 
 void* HostAllocator::allocate_unset(std::size_t bytes) {
+  const bool huge = bytes >= kHugeFrom;
+  const std::size_t align = huge ? kHugePage : kAlignment;
+  if (bytes > SIZE_MAX - align) throw std::bad_alloc();
   // aligned_alloc wants a size that is a multiple of the alignment.
-  if (bytes > SIZE_MAX - kHugePage) throw std::bad_alloc();
-  if (bytes >= kHugeFrom) {
-    const std::size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-    void* p = std::aligned_alloc(kHugePage, rounded);
-    if (p == nullptr) throw std::bad_alloc();
-    // Only the whole 2 MiB pages inside the buffer: the rest of the last one is never touched,
-    // so it costs no memory. Where THP is off (or unknown) madvise fails, and nothing changes.
-    ::madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
-    return p;  // its first use writes it whole, and so commits the pages
-  }
-  const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded);
+  const std::size_t rounded = (bytes + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, rounded);
   if (p == nullptr) throw std::bad_alloc();
-  return p;
+  // Huge pages over the whole 2 MiB pages inside the buffer only: the rest of the last one is
+  // never touched, so it costs no memory. Where THP is off, madvise fails and nothing changes.
+  if (huge) ::madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+  return p;  // its first use writes it whole, and so commits the pages
 }
 
 void HostAllocator::deallocate(void* p, std::size_t) noexcept {

@@ -62,7 +62,7 @@ class Allocator {
 // (MADV_HUGEPAGE; Debian's default THP mode, "madvise", gives them to no one else). The optimizer
 // step streams five arrays: in a VM each 4 KiB page is a two-level page walk, and with huge pages
 // the same-traffic copy ran 1.11-1.34x faster, AdamW with its bf16 copy 1.04-1.17x, at 64M
-// elements (docs/benchmarks.md, "Huge pages, ...").
+// elements (docs/benchmarks.md, AdamW on the CPU: "huge pages, vcvtneps2bf16, 512-element chunks").
 class HostAllocator final : public Allocator {
  public:
   static constexpr std::size_t kAlignment = 64;
