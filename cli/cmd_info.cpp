@@ -26,7 +26,8 @@ std::string with_gemm_bf16_row(std::string text, const kernels::cpu::GemmBf16Inf
 }
 
 // How `zero train -n N` has Open MPI copy between ranks of a node (cli/launch.cpp), and whether
-// the single copy would work here, as a row after the MPI row and as mpi_single_copy in the JSON.
+// the single copy would work here, as a row after the MPI row ("MPI copies") and as
+// mpi_single_copy in the JSON.
 std::string single_copy_text() {
   constexpr const char* var = "OMPI_MCA_btl_vader_single_copy_mechanism";
   if (const char* set = std::getenv(var)) return cat(set, " (set by ", var, ")");
@@ -36,8 +37,8 @@ std::string single_copy_text() {
 }
 
 // The Open MPI send pipeline that MpiRuntime sets before MPI_Init (comm::mpi_transport_defaults),
-// each parameter with its value and who chose it, as a row after "MPI copies" and as
-// mpi_send_pipeline in the JSON. Empty for another MPI.
+// each parameter with its value and who chose it, as a row after "MPI copies" ("MPI sends") and
+// as mpi_send_pipeline in the JSON. Empty for another MPI.
 std::string send_pipeline_text() {
   std::string text;
   for (const comm::MpiDefault& d : comm::mpi_transport_defaults()) {
@@ -50,7 +51,8 @@ std::string send_pipeline_text() {
   return text;
 }
 
-std::string with_single_copy_row(std::string text) {
+// Both rows above, under the MPI row of the build table.
+std::string with_mpi_rows(std::string text) {
   std::string row = "  MPI copies    " + single_copy_text() + '\n';
   if (const std::string sends = send_pipeline_text(); !sends.empty())
     row += "  MPI sends     " + sends + '\n';
@@ -87,7 +89,7 @@ int cmd_info(const Args& argv) {
   const kernels::cpu::GemmBf16Info gemm_bf16 = kernels::cpu::gemm_bf16_info();
   std::cout << (vm.count("json")
                     ? with_gemm_bf16_keys(to_json(info), gemm_bf16) + "\n"
-                    : with_single_copy_row(with_gemm_bf16_row(to_text(info), gemm_bf16)));
+                    : with_mpi_rows(with_gemm_bf16_row(to_text(info), gemm_bf16)));
   return 0;
 }
 
