@@ -87,9 +87,8 @@ int cmd_info(const Args& argv) {
   }
   BuildInfo info = build_info();
   const kernels::cpu::GemmBf16Info gemm_bf16 = kernels::cpu::gemm_bf16_info();
-  std::cout << (vm.count("json")
-                    ? with_gemm_bf16_keys(to_json(info), gemm_bf16) + "\n"
-                    : with_mpi_rows(with_gemm_bf16_row(to_text(info), gemm_bf16)));
+  std::cout << (vm.count("json") ? with_gemm_bf16_keys(to_json(info), gemm_bf16) + "\n"
+                                 : with_mpi_rows(with_gemm_bf16_row(to_text(info), gemm_bf16)));
   return 0;
 }
 
