@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
-#include <string_view>
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
@@ -42,10 +41,9 @@ std::string single_copy_text() {
 std::string send_pipeline_text() {
   std::string text;
   for (const comm::MpiDefault& d : comm::mpi_transport_defaults()) {
-    const std::string_view var = d.var;
-    const std::string_view name = var.substr(var.find("OMPI_MCA_") == 0 ? 9 : 0);
-    const char* set = std::getenv(d.var);
-    text += cat(text.empty() ? "" : ", ", name, '=', set ? set : d.value,
+    const std::string var = d.var();
+    const char* set = std::getenv(var.c_str());
+    text += cat(text.empty() ? "" : ", ", d.param, '=', set ? set : d.value,
                 set ? cat(" (set by ", var, ")") : std::string(" (zero's default)"));
   }
   return text;

@@ -36,13 +36,12 @@ const char* thread_level_name(int level) {
 }
 
 std::span<const MpiDefault> mpi_transport_defaults() {
-#if defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5
-  static constexpr MpiDefault defaults[] = {{"OMPI_MCA_pml_ob1_send_pipeline_depth", "64"},
-                                            {"OMPI_MCA_btl_sm_max_send_size", "131072"}};
-  return defaults;
-#elif defined(OMPI_MAJOR_VERSION)
-  static constexpr MpiDefault defaults[] = {{"OMPI_MCA_pml_ob1_send_pipeline_depth", "64"},
-                                            {"OMPI_MCA_btl_vader_max_send_size", "131072"}};
+#if defined(OMPI_MAJOR_VERSION)
+  // Open MPI 5 renamed the shared-memory transport from vader to sm.
+  constexpr const char* max_send =
+      OMPI_MAJOR_VERSION >= 5 ? "btl_sm_max_send_size" : "btl_vader_max_send_size";
+  static constexpr MpiDefault defaults[] = {{"pml_ob1_send_pipeline_depth", "64"},
+                                            {max_send, "131072"}};
   return defaults;
 #else
   return {};
@@ -50,7 +49,7 @@ std::span<const MpiDefault> mpi_transport_defaults() {
 }
 
 void apply_mpi_transport_defaults() {
-  for (const MpiDefault& d : mpi_transport_defaults()) ::setenv(d.var, d.value, 0);
+  for (const MpiDefault& d : mpi_transport_defaults()) ::setenv(d.var().c_str(), d.value, 0);
 }
 
 MpiRuntime::MpiRuntime() {

@@ -63,11 +63,12 @@ bool in_mpi_job();
 // cli/launch.cpp says why).
 bool cross_memory_attach_permitted();
 
-// An Open MPI parameter (its OMPI_MCA_* environment variable) that zero sets before MPI_Init
-// when the environment leaves it unset: a user's or launcher's own value always wins.
+// An Open MPI parameter that zero sets before MPI_Init, through its environment variable, when
+// the environment leaves it unset: a user's or launcher's own value always wins.
 struct MpiDefault {
-  const char* var;
+  const char* param;  // Open MPI's name ("pml_ob1_send_pipeline_depth")
   const char* value;
+  std::string var() const { return std::string("OMPI_MCA_") + param; }  // what sets it
 };
 
 // zero's defaults for the MPI it was built with (none for an MPI other than Open MPI). Open MPI's

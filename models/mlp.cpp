@@ -241,7 +241,7 @@ double MlpTrainer::host_micro_batch(Engine& engine, Call& call) {
       const float* a = acts_[l].data();  // tanh output of the previous layer
       for (int i = 0; i < B * W; ++i) dz_[i] = dprev_[i] * (1.0f - a[i] * a[i]);
     }
-    if (dw == dw_.data()) from_f32(dw_.data(), gw);
+    if (gw.dtype != DType::f32) from_f32(dw_.data(), gw);
     from_f32(dbias.data(), gb);
     call([&] {
       engine.release(l);

@@ -206,15 +206,13 @@ Slice Engine::Impl::params_of_unit(int u) const {
   return slice(full_params(), work_dtype, U.offset, U.padded_numel);
 }
 
-Allocation Spares::take(Ledger& ledger, Category c, std::int64_t bytes, comm::Memory where,
-                        bool carry) {
+Allocation Spares::take(Ledger& ledger, std::int64_t bytes, comm::Memory where, bool carry) {
+  constexpr Category c = Category::buckets;  // all that keep() holds
   const auto n = static_cast<std::size_t>(bytes);
   if (n == 0) return ledger.allocate(c, n, where);  // an empty buffer that knows its memory
   auto best = kept_.end();
   for (auto k = kept_.begin(); k != kept_.end(); ++k)
-    if (k->bytes() >= n && k->category() == c && k->where() == where &&
-        (best == kept_.end() || k->bytes() < best->bytes()))
-      best = k;
+    if (k->bytes() >= n && (best == kept_.end() || k->bytes() < best->bytes())) best = k;
   Allocation a = best == kept_.end() ? ledger.allocate_unset(c, n, where) : std::move(*best);
   if (best != kept_.end()) kept_.erase(best);
   if (carry && std::ranges::find(carried_, a.data()) == carried_.end())

@@ -71,16 +71,17 @@ struct BucketFill {
 // used in it is freed: only what the next backward will ask for again is carried over (the
 // step's own staging, when it did not reuse a bucket, is not held through the next forward).
 // The ledger counts what is kept, and the planner, running this code, counts it too.
-// Host memory only (the emulated device too, so that it runs the device path as a GPU would): a
-// GPU's stream-ordered pool (cudaMallocAsync) already makes a bucket cheap to allocate, and hands
-// the memory to activations between reductions, where a kept buffer would be held through the
-// forward pass.
+// Host memory only, not device memory (nor the emulated device, which runs the device path as a
+// GPU would): a GPU's stream-ordered pool (cudaMallocAsync) already makes a bucket cheap to
+// allocate, and hands the memory to activations between reductions, where a kept buffer would be
+// held through the forward pass.
 class Spares {
  public:
   explicit Spares(bool enabled) : enabled_(enabled) {}
-  // A kept buffer of at least `bytes`, or a new one (not zeroed: every bucket buffer is written
-  // whole by its first use). `carry`: asked for by a reduction, so kept past the end of the step.
-  Allocation take(Ledger& ledger, Category c, std::int64_t bytes, comm::Memory where, bool carry);
+  // A kept buffer (Category::buckets) of at least `bytes`, or a new one in `where` (not zeroed:
+  // every bucket buffer is written whole by its first use). `carry`: asked for by a reduction, so
+  // kept past the end of the step.
+  Allocation take(Ledger& ledger, std::int64_t bytes, comm::Memory where, bool carry);
   void keep(Allocation a);  // frees one of another category (or any, when not enabled)
   void end_step();          // frees the kept buffers no reduction of this step used
 
@@ -234,7 +235,7 @@ struct Engine::Impl {
   Spares spares{mem() == comm::Memory::host};
   // A bucket buffer of at least `bytes`, kept or new; `reduction`: for a gradient reduction.
   Allocation bucket_buffer(std::int64_t bytes, bool reduction) {
-    return spares.take(ledger, Category::buckets, bytes, mem(), reduction);
+    return spares.take(ledger, bytes, mem(), reduction);
   }
   // After the step (stages 1-2, and stage 3's persistent units): consecutive units whose new
   // params are all-gathered as one collective, at most allgather_bucket_size padded elements.

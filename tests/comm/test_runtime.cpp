@@ -65,12 +65,12 @@ TEST_CASE("Open MPI runs with zero's send pipeline unless the environment set it
   REQUIRE(defaults.size() == 2);
 #endif
   for (const MpiDefault& d : defaults) {
-    INFO(d.var);
-    const std::string name = std::string(d.var).substr(std::strlen("OMPI_MCA_"));
+    const std::string var = d.var();
+    INFO(var);
     // mpi_main's MpiRuntime initialised MPI: what MPI uses is ours, or what the launcher set.
-    const char* set = std::getenv(d.var);
+    const char* set = std::getenv(var.c_str());
     REQUIRE(set != nullptr);
-    const auto used = control_variable(name.c_str());
+    const auto used = control_variable(d.param);
     if (used.has_value()) {
       CHECK(*used == std::stoll(set));
     } else {  // a job of one rank opens no shared-memory transport, whose variables are then absent
@@ -81,13 +81,13 @@ TEST_CASE("Open MPI runs with zero's send pipeline unless the environment set it
     CHECK(std::string(set) == d.value);  // no test run sets its own
 
     // A value of the user's survives; an unset one gets ours.
-    ::setenv(d.var, "7", 1);
+    ::setenv(var.c_str(), "7", 1);
     apply_mpi_transport_defaults();
-    CHECK(std::string(std::getenv(d.var)) == "7");
-    ::unsetenv(d.var);
+    CHECK(std::string(std::getenv(var.c_str())) == "7");
+    ::unsetenv(var.c_str());
     apply_mpi_transport_defaults();
-    REQUIRE(std::getenv(d.var) != nullptr);
-    CHECK(std::string(std::getenv(d.var)) == d.value);
+    REQUIRE(std::getenv(var.c_str()) != nullptr);
+    CHECK(std::string(std::getenv(var.c_str())) == d.value);
   }
 }
 
