@@ -4,19 +4,23 @@
 
 #include <pthread.h>
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 
 #include "comm/abort.hpp"
 #include "comm/all_gather.hpp"
 #include "comm/broadcast.hpp"
 #include "comm/mpi_runtime.hpp"
+#include "comm/reduce_math.hpp"
 #include "comm/reduce_scatter.hpp"
 #include "comm/signature.hpp"
 #include "comm/validate.hpp"
@@ -35,6 +39,11 @@ struct Task {
   bool accounted = true;  // split is not an Op
   std::uint64_t payload = 0;
   std::function<std::uint64_t()> body;  // the data phase; returns the bytes this rank sent
+  // A small collective (mpi::kInlineBytes): this rank's data, sent with the signature, and what
+  // completes the call from every rank's (rank p's at p * kInlineBytes) instead of body. Set only
+  // with Options::verify on (the signature exchange carries it) and more than one rank.
+  std::span<const std::byte> inline_mine;
+  std::function<std::uint64_t(const std::byte* all)> inline_finish;
   Clock::time_point issued = Clock::now();
 
   std::mutex m;
@@ -163,6 +172,20 @@ class MpiCommunicator final : public Communicator {
     t->body = [this, in, out] {
       return mpi::all_gather(link_, {in.data, out.data, out.count, in.count, size_of(in.dtype)});
     };
+    const std::size_t es = size_of(in.dtype);
+    if (inlines(in.count * es)) {
+      t->inline_mine = {static_cast<const std::byte*>(in.data),
+                        mpi::block_len(out.count, in.count, rank()) * es};
+      t->inline_finish = [this, in, out, es](const std::byte* all) {
+        for (int p = 0; p < size(); ++p)
+          std::memmove(
+              static_cast<std::byte*>(out.data) + static_cast<std::size_t>(p) * in.count * es,
+              all + static_cast<std::size_t>(p) * mpi::kInlineBytes,
+              mpi::block_len(out.count, in.count, p) * es);
+        return static_cast<std::uint64_t>(size() - 1) *
+               mpi::block_len(out.count, in.count, rank()) * es;
+      };
+    }
     return t;
   }
 
@@ -187,6 +210,21 @@ class MpiCommunicator final : public Communicator {
       wire += mpi::all_gather(link_, {out, buf.data, buf.count, block, size_of(buf.dtype)});
       return wire;
     };
+    if (inlines(buf.bytes())) {
+      // Every rank has every rank's whole buffer: each folds all of it, in rank order, with the
+      // same function as the reduce-scatter, so the sums are the same bits.
+      t->inline_mine = {static_cast<const std::byte*>(buf.data), buf.bytes()};
+      t->inline_finish = [this, buf, op](const std::byte* all) {
+        std::vector<const void*> x(static_cast<std::size_t>(size()));
+        for (int p = 0; p < size(); ++p)
+          x[p] = all + static_cast<std::size_t>(p) * mpi::kInlineBytes;
+        // Accumulators for at most kInlineBytes of elements of at least a byte, 8 bytes each.
+        std::array<std::uint64_t, mpi::kInlineBytes> acc;
+        detail::reduce_fn(buf.dtype, buf.dtype, op)(x.data(), size(), buf.data, acc.data(),
+                                                    buf.count);
+        return static_cast<std::uint64_t>(size() - 1) * buf.bytes();
+      };
+    }
     return t;
   }
 
@@ -199,7 +237,21 @@ class MpiCommunicator final : public Communicator {
     t->op = Op::broadcast;
     t->payload = buf.bytes();
     t->body = [this, buf, root] { return mpi::broadcast(link_, buf.data, buf.bytes(), root); };
+    if (inlines(buf.bytes())) {
+      if (rank() == root) t->inline_mine = {static_cast<const std::byte*>(buf.data), buf.bytes()};
+      t->inline_finish = [this, buf, root](const std::byte* all) {
+        if (rank() != root)
+          std::memcpy(buf.data, all + static_cast<std::size_t>(root) * mpi::kInlineBytes,
+                      buf.bytes());
+        return rank() == root ? static_cast<std::uint64_t>(size() - 1) * buf.bytes() : 0;
+      };
+    }
     return t;
+  }
+
+  // Whether a collective moving `bytes` a rank goes with its signature (see Task::inline_mine).
+  bool inlines(std::size_t bytes) const {
+    return options_.verify && size() > 1 && bytes <= mpi::kInlineBytes;
   }
 
   std::shared_ptr<Task> barrier_task() {
@@ -373,9 +425,17 @@ class MpiCommunicator final : public Communicator {
     auto context = [&] { return cat(mpi::describe(t.sig), " (collective #", t.sig.seq, ")"); };
     bool all_arrived = false;  // the signature exchange completed: every rank reached it
     try {
-      if (options_.verify) mismatch = mpi::agree(link_, t.sig, graveyard_, &arrivals_);
+      mpi::InlineData small{t.inline_mine, {}};
+      const bool inlined = static_cast<bool>(t.inline_finish);
+      if (options_.verify)
+        mismatch = mpi::agree(link_, t.sig, graveyard_, &arrivals_, inlined ? &small : nullptr);
       all_arrived = options_.verify && !mismatch;
-      if (!mismatch && t.sig.valid && t.body) wire = t.body();
+      if (!mismatch && t.sig.valid) {
+        if (inlined)
+          wire = t.inline_finish(small.all.data());
+        else if (t.body)
+          wire = t.body();
+      }
     } catch (const mpi::TimeoutError& e) {
       // In the data phase the rank named is the peer this rank waited for; in a ring that peer
       // may itself be waiting for the rank that stopped.

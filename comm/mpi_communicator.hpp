@@ -18,6 +18,9 @@ namespace zero::comm {
 // fp64, the type itself for integers), then rounded once (round-to-nearest-even) into the output
 // type; see comm/reduce_scatter.hpp.
 //
+// Small collectives (at most mpi::kInlineBytes, 256 bytes, a rank) travel with the signature
+// exchange: one round of messages, an all_reduce as every rank's whole buffer to every peer.
+//
 // Failures: arguments that are wrong on this rank throw at the call. Ranks that disagree (a
 // different collective, count, dtype, op or root) all throw zero::Error naming who called what;
 // the communicator stays usable, because nothing was exchanged. A collective that makes no

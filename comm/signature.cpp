@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 namespace zero::comm::mpi {
@@ -184,29 +186,35 @@ std::string who_arrived(const std::vector<char>& arrived, const std::vector<Sign
 }  // namespace
 
 std::optional<std::string> agree(const Link& link, const Signature& mine, Graveyard& graveyard,
-                                 Arrivals* arrivals) {
+                                 Arrivals* arrivals, InlineData* data) {
   constexpr std::size_t K = Signature::kFields;
+  constexpr std::size_t W = K + kInlineBytes / sizeof(std::int64_t);  // words a rank's slot holds
+  const std::span<const std::byte> payload = data ? data->mine : std::span<const std::byte>{};
+  if (payload.size() > kInlineBytes) std::abort();  // the communicator inlines small data only
   const auto v = mine.pack();
   const std::size_t n = static_cast<std::size_t>(link.size);
   const std::size_t me = static_cast<std::size_t>(link.rank);
   auto e = std::make_unique<Graveyard::Entry>();
-  e->send.assign(v.begin(), v.end());
-  e->recv.resize(K * n);
-  std::copy(v.begin(), v.end(), e->recv.begin() + static_cast<std::ptrdiff_t>(me * K));
+  e->send.assign(W, 0);
+  std::copy(v.begin(), v.end(), e->send.begin());
+  std::memcpy(e->send.data() + K, payload.data(), payload.size());
+  e->recv.resize(W * n);
+  std::copy(e->send.begin(), e->send.end(), e->recv.begin() + static_cast<std::ptrdiff_t>(me * W));
+  const std::size_t send_bytes = K * sizeof(std::int64_t) + payload.size();
   e->peers.reserve(2 * n);
   // Receives first (peer order), then sends: e->peers[i] for i < n - 1 is the receive from the
   // i-th other rank.
   for (std::size_t p = 0; p < n; ++p)
     if (p != me)
-      e->peers.push_back(irecv(e->recv.data() + p * K, K * sizeof(std::int64_t),
+      e->peers.push_back(irecv(e->recv.data() + p * W, W * sizeof(std::int64_t),
                                static_cast<int>(p), kTagSignature, link.comm));
   for (std::size_t p = 0; p < n; ++p)
     if (p != me)
-      e->peers.push_back(isend(e->send.data(), K * sizeof(std::int64_t), static_cast<int>(p),
-                               kTagSignature, link.comm));
+      e->peers.push_back(
+          isend(e->send.data(), send_bytes, static_cast<int>(p), kTagSignature, link.comm));
   const auto unpack_all = [&] {
     std::vector<Signature> all;
-    for (std::size_t r = 0; r < n; ++r) all.push_back(Signature::unpack(e->recv.data() + r * K));
+    for (std::size_t r = 0; r < n; ++r) all.push_back(Signature::unpack(e->recv.data() + r * W));
     return all;
   };
   try {
@@ -227,6 +235,11 @@ std::optional<std::string> agree(const Link& link, const Signature& mine, Gravey
   }
   const bool same =
       std::all_of(all.begin(), all.end(), [&](const Signature& s) { return s.same_call(all[0]); });
+  if (same && data) {
+    data->all.resize(n * kInlineBytes);
+    for (std::size_t r = 0; r < n; ++r)
+      std::memcpy(data->all.data() + r * kInlineBytes, e->recv.data() + r * W + K, kInlineBytes);
+  }
   if (same) return std::nullopt;
   // Every rank holds every signature, so every rank builds the same message.
   return mismatch_message(all);

@@ -94,13 +94,25 @@ struct Arrivals {
   std::vector<std::int64_t> last_reached;  // per rank; 0: none yet
 };
 
+// A small collective's data rides with the signature: up to kInlineBytes a rank, so that an
+// all-gather of a few numbers (the engine's norm summary before each step, its agreement on the
+// update after it) takes one round of messages between the ranks instead of two. On a loaded or
+// oversubscribed machine every round is a chain of wake-ups (docs/benchmarks.md,
+// "Oversubscribed"). Every rank receives kInlineBytes from each peer whatever it sends itself, so
+// a peer that sends less (a larger collective, or a mismatch) is still received whole.
+inline constexpr std::size_t kInlineBytes = 256;
+struct InlineData {
+  std::span<const std::byte> mine;  // at most kInlineBytes; may be empty (a broadcast's receivers)
+  std::vector<std::byte> all;       // set when the ranks agree: rank p's bytes at p * kInlineBytes
+};
+
 // Sends `mine` to every rank and receives theirs (point to point, so that a timeout knows which
-// ranks had arrived: each rank posts 2 (N - 1) messages of 88 bytes). Returns nothing when all
-// ranks agree, else the mismatch message, identical on every rank. Throws TimeoutError when some
-// rank does not arrive, naming the ranks that had reached the collective and those that had not,
-// with the last collective each one completed or reached, as far as `arrivals` (updated here;
-// may be null) and the signatures tell.
+// ranks had arrived: each rank posts 2 (N - 1) messages of 88 bytes, plus `data->mine`). Returns
+// nothing when all ranks agree (and then fills data->all), else the mismatch message, identical on
+// every rank. Throws TimeoutError when some rank does not arrive, naming the ranks that had
+// reached the collective and those that had not, with the last collective each one completed or
+// reached, as far as `arrivals` (updated here; may be null) and the signatures tell.
 std::optional<std::string> agree(const Link& link, const Signature& mine, Graveyard& graveyard,
-                                 Arrivals* arrivals = nullptr);
+                                 Arrivals* arrivals = nullptr, InlineData* data = nullptr);
 
 }  // namespace zero::comm::mpi

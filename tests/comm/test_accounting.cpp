@@ -68,6 +68,37 @@ TEST_CASE("accounting counts calls, payload bytes and wire bytes of each op as d
     CHECK(a[op].seconds > 0);
 }
 
+TEST_CASE("a collective of at most 256 bytes a rank goes with the signature exchange") {
+  // One round of messages instead of two: each rank sends its data with its signature, so an
+  // all_reduce sends its whole buffer to every peer instead of a reduce-scatter's and an
+  // all-gather's blocks, and a broadcast's root sends to every rank instead of down the chain.
+  auto comm = world();
+  const int N = comm->size();
+  const int r = comm->rank();
+  const std::uint64_t n = static_cast<std::uint64_t>(N);
+  comm->reset_accounting();
+  Buf small = make_input(DType::f32, 64, 5, r);  // 256 bytes: inlined
+  comm->all_reduce(small.view(), ReduceOp::sum);
+  CHECK(check_reduced(small, DType::f32, ReduceOp::sum, N, 5, 0) == "");
+  Buf bc = make_input(DType::u8, 200, 6, r);
+  comm->broadcast(bc.view(), N - 1);
+  CHECK(bc == make_input(DType::u8, 200, 6, N - 1));
+  const Accounting a = comm->accounting();
+  CHECK(a[Op::all_reduce].wire_bytes == (n - 1) * 256);
+  CHECK(a[Op::broadcast].wire_bytes == (r == N - 1 ? (n - 1) * 200 : 0u));
+
+  // 260 bytes: the reduce-scatter and all-gather of blocks.
+  comm->reset_accounting();
+  Buf large = make_input(DType::f32, 65, 7, r);
+  comm->all_reduce(large.view(), ReduceOp::sum);
+  CHECK(check_reduced(large, DType::f32, ReduceOp::sum, N, 7, 0) == "");
+  const std::size_t block = (65 + n - 1) / n;
+  std::uint64_t wire = (n - 1) * block_len(65, block, r) * 4;
+  for (int p = 0; p < N; ++p)
+    if (p != r) wire += block_len(65, block, p) * 4;
+  CHECK(comm->accounting()[Op::all_reduce].wire_bytes == wire);
+}
+
 TEST_CASE("reset_accounting zeroes every counter") {
   auto comm = world();
   Buf buf = make_input(DType::f32, 64, 4, comm->rank());
