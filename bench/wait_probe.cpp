@@ -16,7 +16,8 @@
 //          wakes them: the wake-up is an event, not a timer.
 // Each block is run on an idle machine and with `--load` busy-loop processes (forked before
 // MPI starts, so that they keep Linux's default time slice; stopped with SIGSTOP between loaded
-// blocks). Prints ms per iteration (the slowest rank's) and loaded / idle per method.
+// blocks). Prints ms per iteration (the slowest rank's), the compute part's wall time on the
+// fastest and slowest rank, and loaded / idle per method.
 #include <linux/futex.h>
 #include <mpi.h>
 #include <signal.h>
@@ -221,18 +222,27 @@ int main(int argc, char** argv) {
           for (int i = 0; i < 5; ++i) methods[mi].second();  // warm-up
           MPI_Barrier(raw);
           const auto t0 = Clock::now();
+          double computing = 0;  // this rank's wall time in the compute part
           for (int i = 0; i < a.iters; ++i) {
+            const auto w0 = Clock::now();
             sink += work(a.work_m);
             std::fill(grad.begin(), grad.end(), 1.0f);  // what a backward pass would write
             std::fill(summary.begin(), summary.end(), 1.0f);
+            computing += std::chrono::duration<double>(Clock::now() - w0).count();
             methods[mi].second();
           }
           double s = std::chrono::duration<double>(Clock::now() - t0).count() / a.iters;
           MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_DOUBLE, MPI_MAX, raw);
           ms[mi][loaded].push_back(1e3 * s);
+          // The compute part's wall time on the fastest and the slowest rank: how unevenly the
+          // cores were shared out.
+          double fastest = computing / a.iters, slowest = fastest;
+          MPI_Allreduce(MPI_IN_PLACE, &fastest, 1, MPI_DOUBLE, MPI_MIN, raw);
+          MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE, MPI_MAX, raw);
           if (rank == 0) {
-            std::printf("  rep %d %-6s %-6s %8.3f ms/iteration\n", rep + 1,
-                        methods[mi].first.c_str(), loaded ? "loaded" : "idle", 1e3 * s);
+            std::printf("  rep %d %-6s %-6s %8.3f ms/iteration (compute %.3f-%.3f ms a rank)\n",
+                        rep + 1, methods[mi].first.c_str(), loaded ? "loaded" : "idle", 1e3 * s,
+                        1e3 * fastest, 1e3 * slowest);
             std::fflush(stdout);
           }
         }
