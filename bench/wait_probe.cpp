@@ -54,24 +54,42 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
+  if (argc % 2 == 0)
+    throw zero::Error(zero::cat("wait_probe: option ", argv[argc - 1], " needs a value"));
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const std::string v = argv[i + 1];
+    // A number (K/M suffixes for --bytes), whole and in range, or one sentence naming the option.
+    std::size_t used = 0;
+    double x = 0;
+    try {
+      x = std::stod(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    const std::string unit = v.substr(used);
+    const double mult = k == "--bytes" && unit == "K"   ? 1 << 10
+                        : k == "--bytes" && unit == "M" ? 1 << 20
+                                                        : 1;
+    if (used == 0 || (mult == 1 && !unit.empty()) || !(x >= 0))
+      throw zero::Error(zero::cat("wait_probe: ", k, " wants a number >= 0, got '", v, "'"));
+    x *= mult;
     if (k == "--bytes")
-      a.bytes = static_cast<std::size_t>(std::stod(v) * (v.back() == 'M'   ? 1 << 20
-                                                         : v.back() == 'K' ? 1 << 10
-                                                                           : 1));
+      a.bytes = static_cast<std::size_t>(x);
     else if (k == "--work")
-      a.work_m = std::stod(v);
+      a.work_m = x;
     else if (k == "--iters")
-      a.iters = std::stoi(v);
+      a.iters = static_cast<int>(x);
     else if (k == "--reps")
-      a.reps = std::stoi(v);
+      a.reps = static_cast<int>(x);
     else if (k == "--load")
-      a.load = std::stoi(v);
+      a.load = static_cast<int>(x);
     else
-      throw zero::Error("wait_probe: unknown option " + k);
+      throw zero::Error("wait_probe: unknown option " + k +
+                        " (options: --bytes --work --iters --reps --load)");
   }
+  if (a.iters < 1 || a.reps < 1 || a.bytes < sizeof(float))
+    throw zero::Error("wait_probe: --iters and --reps must be >= 1 and --bytes >= 4");
   return a;
 }
 
@@ -174,7 +192,13 @@ class FutexAllReduce {
 
 int main(int argc, char** argv) {
   const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  const Args a = parse(argc, argv);
+  Args a;
+  try {
+    a = parse(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
   std::vector<pid_t> load =
       (world_rank && std::string(world_rank) == "0") ? fork_load(a.load) : std::vector<pid_t>{};
   try {
