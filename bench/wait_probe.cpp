@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -280,8 +281,11 @@ int main(int argc, char** argv) {
       };
       std::printf(
           "\n%d ranks, %.1f M multiply-adds + all-reduce of %zu bytes and 16 bytes an "
-          "iteration, %d iterations a block, load %d\n",
-          comm->size(), a.work_m, a.bytes, a.iters, a.load);
+          "iteration, %d iterations a block, %zu busy loops when loaded%s\n",
+          comm->size(), a.work_m, a.bytes, a.iters, load.size(),
+          load.size() < static_cast<std::size_t>(a.load)
+              ? " (they start only under Open MPI's mpirun, which names rank 0 before MPI_Init)"
+              : "");
       std::printf(
           "| method | idle ms (min / med) | loaded ms (min / med) | loaded / idle (med) |\n");
       std::printf("|---|---:|---:|---:|\n");

@@ -14,6 +14,17 @@ std::uint64_t block_len(std::size_t count, std::size_t block, int p) {
   return begin >= count ? 0 : std::min(block, count - begin);
 }
 
+// What an all_reduce of `count` elements of `es` bytes sends from rank r when it runs as a
+// reduce-scatter (the other ranks' blocks, once each) and an all-gather (r's block to each peer).
+std::uint64_t all_reduce_wire(std::size_t count, std::size_t es, int N, int r) {
+  const std::size_t n = static_cast<std::size_t>(N);
+  const std::size_t block = (count + n - 1) / n;
+  std::uint64_t wire = (n - 1) * block_len(count, block, r) * es;  // all-gather part
+  for (int p = 0; p < N; ++p)
+    if (p != r) wire += block_len(count, block, p) * es;  // reduce-scatter part
+  return wire;
+}
+
 TEST_CASE("accounting counts calls, payload bytes and wire bytes of each op as defined") {
   auto comm = world();
   const int N = comm->size();
@@ -48,13 +59,9 @@ TEST_CASE("accounting counts calls, payload bytes and wire bytes of each op as d
   CHECK(a[Op::all_gather].payload_bytes == n * 50 * 4);
   CHECK(a[Op::all_gather].wire_bytes == (n - 1) * 50 * 4);
 
-  const std::size_t block = (103 + n - 1) / n;
-  std::uint64_t ar_wire = (n - 1) * block_len(103, block, r) * 4;  // all-gather part
-  for (int p = 0; p < N; ++p)
-    if (p != r) ar_wire += block_len(103, block, p) * 4;  // reduce-scatter part
   CHECK(a[Op::all_reduce].calls == 1);
   CHECK(a[Op::all_reduce].payload_bytes == 103 * 4);
-  CHECK(a[Op::all_reduce].wire_bytes == ar_wire);
+  CHECK(a[Op::all_reduce].wire_bytes == all_reduce_wire(103, 4, N, r));
 
   CHECK(a[Op::broadcast].calls == 1);
   CHECK(a[Op::broadcast].payload_bytes == 1000);
@@ -92,11 +99,7 @@ TEST_CASE("a collective of at most 256 bytes a rank goes with the signature exch
   Buf large = make_input(DType::f32, 65, 7, r);
   comm->all_reduce(large.view(), ReduceOp::sum);
   CHECK(check_reduced(large, DType::f32, ReduceOp::sum, N, 7, 0) == "");
-  const std::size_t block = (65 + n - 1) / n;
-  std::uint64_t wire = (n - 1) * block_len(65, block, r) * 4;
-  for (int p = 0; p < N; ++p)
-    if (p != r) wire += block_len(65, block, p) * 4;
-  CHECK(comm->accounting()[Op::all_reduce].wire_bytes == wire);
+  CHECK(comm->accounting()[Op::all_reduce].wire_bytes == all_reduce_wire(65, 4, N, r));
 }
 
 TEST_CASE("reset_accounting zeroes every counter") {
