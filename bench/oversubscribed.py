@@ -61,7 +61,7 @@ def torch_worker(a):
         loss.backward()
         opt.step()
         t = torch.tensor([loss.item()])
-        dist.all_reduce(t)  # zero train all-reduces the loss every step too
+        dist.all_reduce(t)  # the global loss every step, as zero train reports it (in step())
 
     step()  # warm-up: DDP builds its buckets on the first backward
     dist.barrier()

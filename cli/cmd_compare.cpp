@@ -86,13 +86,9 @@ StageResult run_stage(const Run& run, const Flags& f, int stage, std::int64_t wa
     double local = 0;
     for (std::int64_t k = 0; k < run.accum; ++k)
       local += model->micro_batch(engine, start + s, k, rank, n);
-    engine.step();
-    const auto reduce_at = std::chrono::steady_clock::now();
-    MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    const double loss_wait =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_at).count();
-    r.final_loss = local / (static_cast<double>(n) * static_cast<double>(run.accum));
-    clock.step_done(s, r.final_loss, 0, loss_wait);
+    const StepReport rep = engine.step(local / static_cast<double>(run.accum));
+    r.final_loss = *rep.loss;
+    clock.step_done(s, r.final_loss, 0);
   }
   const Throughput t = clock.result(run.shape.global_batch, model->tokens_per_sample());
   for (std::size_t i = static_cast<std::size_t>(warmup); i < t.history.size(); ++i) {

@@ -195,14 +195,11 @@ int cmd_train(const Args& argv) {
   for (std::int64_t s = start; s < steps; ++s) {
     double local = 0;
     for (std::int64_t k = 0; k < accum; ++k) local += model->micro_batch(engine, s, k, rank, n);
-    StepReport rep = engine.step();
+    // The loss rides with the step's own agreement: no all-reduce of it after the step.
+    StepReport rep = engine.step(local / static_cast<double>(accum));
     skipped += rep.skipped;
-    const auto reduce_at = std::chrono::steady_clock::now();
-    MPI_Allreduce(MPI_IN_PLACE, &local, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    const double loss_wait =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_at).count();
-    loss = local / (static_cast<double>(n) * accum);
-    const double step_seconds = clock.step_done(s - start, loss, rep.grad_norm, loss_wait);
+    loss = *rep.loss;
+    const double step_seconds = clock.step_done(s - start, loss, rep.grad_norm);
     if (s == start) first_loss = loss;
     if (bar) std::printf("\r\033[K");
     if (rank == 0 && (s % log_every == 0 || s + 1 == steps))

@@ -35,11 +35,11 @@ StepClock::Reading StepClock::read() const {
   return {std::chrono::steady_clock::now(), model_.times(), engine_.stats()};
 }
 
-double StepClock::step_done(std::int64_t s, double loss, double grad_norm, double loss_wait) {
+double StepClock::step_done(std::int64_t s, double loss, double grad_norm) {
   const Reading now = read();
   const StepSplit d{seconds_between(last_.at, now.at),
                     now.trainer.compute_seconds - last_.trainer.compute_seconds,
-                    now.engine.wait_seconds - last_.engine.wait_seconds + loss_wait,
+                    now.engine.wait_seconds - last_.engine.wait_seconds,
                     now.engine.optimizer_seconds - last_.engine.optimizer_seconds,
                     now.trainer.data_seconds - last_.trainer.data_seconds};
   last_ = now;

@@ -15,7 +15,8 @@
 namespace zero::cli {
 
 // Where one step's wall time went on this rank: the trainer's math (compute), making samples
-// (data), communication (wait: EngineStats::wait_seconds and the loss all-reduce), the engine's
+// (data), communication (wait: EngineStats::wait_seconds; the loss rides with step()'s own
+// all-gather), the engine's
 // optimizer time outside its waits, and the rest (other: engine bookkeeping, loop overhead), so
 // that the five parts add up to the total exactly.
 struct StepSplit {
@@ -50,9 +51,8 @@ struct Throughput {
 class StepClock {
  public:
   StepClock(const TrainModel& model, const Engine& engine, std::int64_t steps);
-  // After step s (from 0) has ended; loss_wait: seconds the loop spent in its loss all-reduce.
-  // Returns the step's seconds.
-  double step_done(std::int64_t s, double loss, double grad_norm, double loss_wait);
+  // After step s (from 0) has ended. Returns the step's seconds.
+  double step_done(std::int64_t s, double loss, double grad_norm);
   Throughput result(std::int64_t global_batch, std::int64_t tokens_per_sample = 1) const;
 
  private:

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -82,6 +83,9 @@ struct StepReport {
   double clip_coefficient = 1;    // the factor the gradient was multiplied by (1 = no clip)
   double lr = 0;                  // learning rate used
   double loss_scale = 1;          // loss scale in force for this step's gradients
+  // The mean over the ranks of the loss each passed to step(loss), summed in rank order (the
+  // same bits on every rank); empty when step() was called without one.
+  std::optional<double> loss;
 };
 
 // Where a unit's full working parameters are (stage 3). An explicit state, never inferred from
@@ -197,7 +201,11 @@ class Engine {
   //  - after max_consecutive_skipped_steps skipped steps in a row (bf16, fp32, static fp16
   //    scale; with dynamic fp16 scaling only skips at min_loss_scale count, and the scaler
   //    itself stops when the scale cannot drop further), naming the step and the reason.
-  StepReport step();
+  // loss: this rank's loss for the step (e.g. its mean over the micro-batches). Passed on every
+  // rank, StepReport::loss is the mean over the ranks, carried by the all-gather the step makes
+  // anyway (no collective of its own, unlike an all-reduce of the loss after step()); passed on
+  // some ranks and not others, zero::Error on every rank naming one of each.
+  StepReport step(std::optional<double> loss = std::nullopt);
 
   // The fp32 master weights of param p in full (a collective at stages 1-3: every rank calls it).
   std::vector<float> gather_master(int p);

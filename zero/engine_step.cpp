@@ -13,12 +13,17 @@ namespace zero {
 
 namespace {
 
-// What every rank tells every other rank before a step: its part of the squared norm and the
-// digest of the reduce_grads calls it made since the last step.
+// What every rank tells every other rank before a step: its part of the squared norm, the
+// digest of the reduce_grads calls it made since the last step, and the loss passed to step().
+// The same 32 bytes whether a loss was passed or not, so that a counting run (the planner) moves
+// what a real one does.
 struct RankSummary {
   double squared_norm = 0;     // over this rank's shard of every unit, unit by unit
   std::uint64_t order = 0;     // FNV-1a of the unit indices passed to reduce_grads, in order
+  double loss = 0;             // step(loss)'s argument, or 0
+  std::int64_t has_loss = 0;   // 1 when step() was given a loss
 };
+static_assert(sizeof(RankSummary) == 4 * sizeof(std::int64_t));
 
 // 7. No non-finite value entered the master weights or the moments: where an update would have
 //    made one, the kernel kept the element's old values and noted it (adam_element_guarded).
@@ -71,7 +76,7 @@ void check_update_finite(Engine::Impl& s, std::int64_t step_no) {
 
 }  // namespace
 
-StepReport Engine::step() {
+StepReport Engine::step(std::optional<double> loss) {
   Impl& s = *impl_;
   const auto nu = static_cast<int>(s.layout.units.size());
   // optimizer_seconds: the whole call less the waits inside it (on every way out of it).
@@ -124,9 +129,11 @@ StepReport Engine::step() {
   Fnv1a order;
   for (int u : s.reduce_log) order.add(static_cast<std::uint64_t>(u), 4);
   mine.order = order.value;
+  mine.loss = loss.value_or(0.0);
+  mine.has_loss = loss.has_value();
 
   std::vector<RankSummary> all(static_cast<std::size_t>(s.agreeing_ranks()));
-  s.all_gather_host(&mine, all.data(), 2, DType::i64);
+  s.all_gather_host(&mine, all.data(), 4, DType::i64);
 
   // 3. The ranks must have reduced the same units in the same order. On a mismatch every rank
   //    sees it (the digests are on every rank), so all of them take part in naming the unit.
@@ -157,6 +164,18 @@ StepReport Engine::step() {
                   {.rank = s.rank, .unit = u});
 
   StepReport rep;
+  for (int r = 1; r < s.agreeing_ranks(); ++r)
+    if (all[r].has_loss != all[0].has_loss)
+      throw Error(
+          cat("step(loss): rank ", all[0].has_loss ? 0 : r, " passed a loss and rank ",
+              all[0].has_loss ? r : 0,
+              " did not; pass it on every rank (StepReport::loss is their mean) or on none"),
+          {.rank = s.rank});
+  if (all[0].has_loss) {
+    double sum = 0;
+    for (const RankSummary& a : all) sum += a.loss;  // rank order
+    rep.loss = sum / s.agreeing_ranks();
+  }
   double squared = 0;
   // Rank order, on every rank; the first shard group's ranks cover every element once (the
   // other groups hold the same reduced values: hierarchical sharding replicates them).

@@ -14,6 +14,11 @@ using zero::testing::run_mlp;
 
 namespace {
 
+// What step() all-gathers a rank besides the model's own collectives: before the update its
+// summary (norm part, call digest, loss, whether a loss was passed: 32 bytes), after it the
+// first non-finite update (16 bytes).
+constexpr std::uint64_t kAgreementBytes = 32 + 16;
+
 std::unique_ptr<comm::Communicator> world() { return comm::make_mpi_communicator(); }
 
 }  // namespace
@@ -88,7 +93,7 @@ TEST_CASE("Stages 0-3 give bitwise the same weights at every reduce and all-gath
           // 3+2), and 1.
           const std::int64_t buckets = bucket == 1 ? 5 : bucket == 1536 ? 3 : bucket == 3000 ? 2 : 1;
           CHECK(r.stats.reduce_collectives == buckets * spec.steps * accum);
-          // The last step's all-gathers besides the step's two 16-byte agreements: stage 0's
+          // The last step's all-gathers besides the step's two agreements: stage 0's
           // all-reduce of each bucket, or the new params' runs (the same sizes, in forward
           // order) at stages 1-2 and for stage 3's persistent units.
           const auto gathers = static_cast<std::int64_t>(r.per_step[comm::Op::all_gather].calls) - 2;
@@ -157,14 +162,14 @@ TEST_CASE("Hierarchical sharding: shard groups of G ranks, replicated, determini
         CHECK(r.memory.model_states() == states[stage]);
         // Inside the group: the bf16 gradients' reduce-scatter (2 B x P); across the groups: the
         // fp32 all-reduce of this rank's reduced shard (4 B x P / G); the world carries only
-        // the step's 16-byte agreements.
+        // the step's agreements.
         const auto& g = r.per_step_groups;
         CHECK(g.shard[comm::Op::reduce_scatter].payload_bytes ==
               std::uint64_t((precision == Precision::bf16 ? 2 : 4) * P));
         CHECK(g.replicate[comm::Op::all_reduce].payload_bytes == std::uint64_t(4 * P / G));
         CHECK(g.replicate[comm::Op::reduce_scatter].calls + g.replicate[comm::Op::all_gather].calls == 0);
         CHECK(g.world[comm::Op::reduce_scatter].calls == 0);
-        CHECK(g.world[comm::Op::all_gather].payload_bytes == std::uint64_t(32 * n));
+        CHECK(g.world[comm::Op::all_gather].payload_bytes == kAgreementBytes * n);
       }
     }
     spec.overlap = false;
@@ -198,9 +203,9 @@ TEST_CASE("ZeRO++ hpZ: stage 3's backward gathers stay inside the node, weights 
         CHECK(g.secondary[comm::Op::all_gather].calls == 0);
         continue;
       }
-      // Forward: every unit from the primary shards over all ranks (and the step's two 16-byte
+      // Forward: every unit from the primary shards over all ranks (and the step's two
       // agreements); backward: every unit from the secondary shards inside the node.
-      CHECK(g.shard[comm::Op::all_gather].payload_bytes == 2 * P + 32 * std::uint64_t(n));
+      CHECK(g.shard[comm::Op::all_gather].payload_bytes == 2 * P + kAgreementBytes * n);
       CHECK(g.secondary[comm::Op::all_gather].payload_bytes == 2 * P);
       CHECK(g.secondary[comm::Op::all_gather].calls == std::uint64_t(spec.shape.layers));
       CHECK(r.memory.ledger[Category::secondary].peak == std::int64_t(2 * P) / H);
@@ -344,10 +349,9 @@ TEST_CASE("Stage 3 moves 1.5 times the payload of stage 2, and stages 0-2 the sa
   for (int stage = 0; stage <= 3; ++stage) {
     spec.stage = stage;
     const auto r = run_mlp(*w, spec);
-    // The step's own agreements aside: norm parts and call-order digests before the update,
-    // the first non-finite update after it (16 bytes a rank each).
+    // The step's own agreements aside.
     volume[stage] = r.per_step[comm::Op::reduce_scatter].payload_bytes +
-                    r.per_step[comm::Op::all_gather].payload_bytes - 32 * N;
+                    r.per_step[comm::Op::all_gather].payload_bytes - kAgreementBytes * N;
     CHECK(r.per_step[comm::Op::reduce_scatter].payload_bytes == 2 * std::uint64_t(r.padded));
   }
   CHECK(volume[0] == volume[1]);

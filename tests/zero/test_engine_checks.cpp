@@ -5,7 +5,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "tests/zero/engine_harness.hpp"
@@ -430,4 +432,66 @@ TEST_CASE("An fp32 run asked to reduce in bf16 reduces in fp32 and says so once,
   c.communication_data_type = DType::f32;
   Engine quiet(c, *w, {UnitSpec{"a", {ParamSpec{"a.w", {64}}}}}, o);
   CHECK(lines.empty());
+}
+
+TEST_CASE(
+    "step(loss) reports the ranks' mean loss, the same bits on every rank, at no extra call") {
+  auto w = world();
+  const int n = w->size();
+  // Values whose sum depends on its order at 3 ranks and more: 1 + 2^-53 rounds back to 1, so
+  // in rank order the small ones vanish one by one, while summed first they add up.
+  auto loss_of = [](int r) { return r == 0 ? 1.0 : 0x1p-53; };
+  double expected = 0;
+  for (int r = 0; r < n; ++r) expected += loss_of(r);
+  expected /= n;
+  auto calls = [](const comm::Accounting& a) {
+    std::uint64_t c = 0;
+    for (const comm::OpStats& op : a.ops) c += op.calls;
+    return c;
+  };
+  for (int stage = 0; stage <= 3; ++stage) {
+    INFO("stage " << stage);
+    Config c;
+    c.zero.stage = stage;
+    c.precision = Precision::bf16;
+    Engine e(c, *w, two_units());
+    e.init_params([](int, std::span<float> x) { std::fill(x.begin(), x.end(), 0.5f); });
+    const std::uint64_t c0 = calls(e.comm_accounting());
+    const StepReport without = train_step(e, 0.25f);
+    const std::uint64_t c1 = calls(e.comm_accounting());
+    CHECK_FALSE(without.loss.has_value());
+
+    write_grads(e, 0.25f);
+    for (int u = static_cast<int>(e.layout().units.size()) - 1; u >= 0; --u) e.reduce_grads(u);
+    const StepReport with = e.step(loss_of(w->rank()));
+    const std::uint64_t c2 = calls(e.comm_accounting());
+    REQUIRE(with.loss.has_value());
+    CHECK(*with.loss == expected);  // exactly: rank order, then one division
+    CHECK(c2 - c1 == c1 - c0);      // the loss rode with the step's own collectives
+
+    // The same bits on every rank.
+    std::vector<double> all(static_cast<std::size_t>(n));
+    w->all_gather(comm::ConstView{&*with.loss, 1, DType::f64},
+                  comm::View{all.data(), all.size(), DType::f64});
+    for (int r = 0; r < n; ++r) CHECK(std::memcmp(&all[r], &all[0], sizeof(double)) == 0);
+  }
+}
+
+TEST_CASE("A loss passed to step() on some ranks only is one error on every rank, naming both") {
+  auto w = world();
+  Config c;
+  c.zero.stage = 1;
+  Engine e(c, *w, two_units());
+  e.init_params([](int, std::span<float> x) { std::fill(x.begin(), x.end(), 0.5f); });
+  write_grads(e, 0.25f);
+  for (int u = static_cast<int>(e.layout().units.size()) - 1; u >= 0; --u) e.reduce_grads(u);
+  if (w->size() == 1) {  // no rank without one: the loss comes back as passed
+    CHECK(e.step(2.0).loss == 2.0);
+    return;
+  }
+  const int last = w->size() - 1;
+  std::optional<double> loss;
+  if (w->rank() == last) loss = 2.0;
+  CHECK_THROWS_WITH(e.step(loss), Catch::Contains("step(loss): rank " + std::to_string(last) +
+                                                  " passed a loss and rank 0 did not"));
 }
