@@ -52,9 +52,14 @@ void write_grads(Engine& e, float value, bool poison = false) {
   }
 }
 
+// Every unit's reduce_grads, in backward order.
+void reduce_all(Engine& e) {
+  for (int u = static_cast<int>(e.layout().units.size()) - 1; u >= 0; --u) e.reduce_grads(u);
+}
+
 StepReport train_step(Engine& e, float value, bool poison = false) {
   write_grads(e, value, poison);
-  for (int u = static_cast<int>(e.layout().units.size()) - 1; u >= 0; --u) e.reduce_grads(u);
+  reduce_all(e);
   return e.step();
 }
 
@@ -462,7 +467,7 @@ TEST_CASE(
     CHECK_FALSE(without.loss.has_value());
 
     write_grads(e, 0.25f);
-    for (int u = static_cast<int>(e.layout().units.size()) - 1; u >= 0; --u) e.reduce_grads(u);
+    reduce_all(e);
     const StepReport with = e.step(loss_of(w->rank()));
     const std::uint64_t c2 = calls(e.comm_accounting());
     REQUIRE(with.loss.has_value());
@@ -484,7 +489,7 @@ TEST_CASE("A loss passed to step() on some ranks only is one error on every rank
   Engine e(c, *w, two_units());
   e.init_params([](int, std::span<float> x) { std::fill(x.begin(), x.end(), 0.5f); });
   write_grads(e, 0.25f);
-  for (int u = static_cast<int>(e.layout().units.size()) - 1; u >= 0; --u) e.reduce_grads(u);
+  reduce_all(e);
   if (w->size() == 1) {  // no rank without one: the loss comes back as passed
     CHECK(e.step(2.0).loss == 2.0);
     return;
