@@ -13,7 +13,11 @@
 //   futex  a shared-memory segment (MPI_Win_allocate_shared): every rank copies its buffer into
 //          its slot, a barrier, each folds its block of the sum in rank order, a barrier, each
 //          copies the sum out. The barrier's waiters sleep on a futex and the last rank to arrive
-//          wakes them: the wake-up is an event, not a timer.
+//          wakes them: the wake-up is an event, not a timer;
+//   none   no exchange at all (the compute and the buffer writes alone): the floor;
+//   shared the same segment, but the sum is cut into 16 KiB chunks that any rank takes from a
+//          shared counter, and a rank waits (on a futex) only until every chunk is folded: a
+//          rank that is on a core folds the share of one that the load has descheduled.
 // Each block is run on an idle machine and with `--load` busy-loop processes (forked before
 // MPI starts, so that they keep Linux's default time slice; stopped with SIGSTOP between loaded
 // blocks). Prints ms per iteration (the slowest rank's), the compute part's wall time on the
@@ -130,6 +134,11 @@ long futex(std::atomic<std::uint32_t>* a, int op, std::uint32_t v) {
 struct alignas(64) Control {
   std::atomic<std::uint32_t> arrived{0};
   alignas(64) std::atomic<std::uint32_t> generation{0};
+  // The shared fold (FutexAllReduce::Fold::shared): the next chunk to take, the chunks folded,
+  // and a generation the rank that folds the last chunk bumps and wakes.
+  alignas(64) std::atomic<std::uint32_t> next_chunk{0};
+  alignas(64) std::atomic<std::uint32_t> folded{0};
+  alignas(64) std::atomic<std::uint32_t> fold_generation{0};
 };
 
 class FutexAllReduce {
@@ -157,6 +166,8 @@ class FutexAllReduce {
     if (ctl_->arrived.fetch_add(1, std::memory_order_acq_rel) ==
         static_cast<std::uint32_t>(size_ - 1)) {
       ctl_->arrived.store(0, std::memory_order_relaxed);
+      ctl_->next_chunk.store(0, std::memory_order_relaxed);  // for a shared fold after it
+      ctl_->folded.store(0, std::memory_order_relaxed);
       ctl_->generation.store(g + 1, std::memory_order_release);
       futex(&ctl_->generation, FUTEX_WAKE, INT_MAX);
       return;
@@ -165,19 +176,45 @@ class FutexAllReduce {
       futex(&ctl_->generation, FUTEX_WAIT, g);
   }
 
-  void all_reduce(float* buf, std::size_t n) {
+  // own: each rank folds its own block, then a barrier (a descheduled rank holds up the rest).
+  // shared: the sum is cut into chunks that any rank takes from a shared counter, and a rank
+  // waits only for the chunks to be folded, not for the other ranks: one that is on a core
+  // folds the share of one that is not.
+  enum class Fold { own, shared };
+
+  void all_reduce(float* buf, std::size_t n, Fold fold) {
     float* mine = slots_ + static_cast<std::size_t>(rank_) * max_;
     float* sum = slots_ + static_cast<std::size_t>(size_) * max_;
     std::memcpy(mine, buf, n * sizeof(float));
+    const std::uint32_t fg = ctl_->fold_generation.load(std::memory_order_acquire);
     barrier();
-    const std::size_t block = (n + size_ - 1) / size_;
-    const std::size_t b = std::min(n, block * rank_), e = std::min(n, b + block);
-    for (std::size_t i = b; i < e; ++i) {
-      float s = slots_[i];
-      for (int p = 1; p < size_; ++p) s += slots_[static_cast<std::size_t>(p) * max_ + i];
-      sum[i] = s;
+    auto fold_range = [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) {
+        float s = slots_[i];
+        for (int p = 1; p < size_; ++p) s += slots_[static_cast<std::size_t>(p) * max_ + i];
+        sum[i] = s;
+      }
+    };
+    if (fold == Fold::own) {
+      const std::size_t block = (n + size_ - 1) / size_;
+      const std::size_t b = std::min(n, block * rank_), e = std::min(n, b + block);
+      fold_range(b, e);
+      barrier();
+    } else {
+      constexpr std::size_t kChunk = 4096;  // floats: 16 KiB
+      const auto chunks = static_cast<std::uint32_t>((n + kChunk - 1) / kChunk);
+      for (;;) {
+        const std::uint32_t c = ctl_->next_chunk.fetch_add(1, std::memory_order_acq_rel);
+        if (c >= chunks) break;
+        fold_range(c * kChunk, std::min(n, (c + 1) * kChunk));
+        if (ctl_->folded.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
+          ctl_->fold_generation.store(fg + 1, std::memory_order_release);
+          futex(&ctl_->fold_generation, FUTEX_WAKE, INT_MAX);
+        }
+      }
+      while (ctl_->fold_generation.load(std::memory_order_acquire) == fg)
+        futex(&ctl_->fold_generation, FUTEX_WAIT, fg);
     }
-    barrier();
     std::memcpy(buf, sum, n * sizeof(float));
   }
 
@@ -228,8 +265,14 @@ int main(int argc, char** argv) {
          }},
         {"futex",
          [&] {
-           shm.all_reduce(grad.data(), n);
-           shm.all_reduce(summary.data(), 4);
+           shm.all_reduce(grad.data(), n, FutexAllReduce::Fold::own);
+           shm.all_reduce(summary.data(), 4, FutexAllReduce::Fold::own);
+         }},
+        {"none", [] {}},  // no exchange at all: how the compute alone degrades
+        {"shared",
+         [&] {
+           shm.all_reduce(grad.data(), n, FutexAllReduce::Fold::shared);
+           shm.all_reduce(summary.data(), 4, FutexAllReduce::Fold::shared);
          }},
     };
     // [method][idle/loaded] -> ms per iteration, one entry per rep.
