@@ -651,19 +651,48 @@ int Engine::rank() const { return impl_->rank; }
 int Engine::ranks() const { return impl_->ranks; }
 int Engine::settings_shard_size() const { return impl_->shard_ranks; }
 
+namespace {
+
+// FNV-1a over 64-bit words instead of bytes (8x fewer steps; a digest compared between ranks,
+// not stored): what init_params compares between ranks, param by param.
+std::uint64_t digest_of(std::span<const float> v) {
+  std::uint64_t h = 1469598103934665603ull;
+  std::size_t i = 0;
+  for (; i + 2 <= v.size(); i += 2) {
+    std::uint64_t word;
+    std::memcpy(&word, v.data() + i, sizeof word);
+    h = (h ^ word) * 1099511628211ull;
+  }
+  if (i < v.size()) {
+    std::uint32_t last;
+    std::memcpy(&last, v.data() + i, sizeof last);
+    h = (h ^ last) * 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
 void Engine::init_params(const std::function<void(int, std::span<float>)>& fill) {
   Impl& s = *impl_;
   // This rank's master values (its shards, or everything at stage 0), built on the host and
   // copied to where the master lives in one piece (counting: nothing to build).
   std::vector<float> host(s.options.count_only ? 0 : s.master.bytes() / sizeof(float), 0.0f), values;
-  // The first non-finite value any rank's fill produced, as (param, element); agreed below
-  // before anything is stored or gathered, so every rank throws the same error and none waits
-  // in a collective for a rank that has thrown.
-  std::int64_t bad[2] = {-1, -1};
-  for (std::size_t pi = 0; pi < s.layout.params.size() && !s.options.count_only; ++pi) {
+  // Agreed below before anything is stored or gathered, so every rank throws the same error and
+  // none waits in a collective for a rank that has thrown: the first non-finite value any rank's
+  // fill produced, as (param, element), then a digest of each param's values. Every rank keeps
+  // only its shard of what its fill produced (stages 1-3), or applies the same updates to it
+  // (stage 0, whose step relies on the replicas being equal), so a fill that differs between
+  // ranks would train a model no rank ever saw whole.
+  const std::size_t np = s.layout.params.size();
+  std::vector<std::int64_t> mine(2 + np, 0);
+  std::int64_t* bad = mine.data();
+  bad[0] = bad[1] = -1;
+  for (std::size_t pi = 0; pi < np && !s.options.count_only; ++pi) {
     const ParamLayout& p = s.layout.params[pi];
     values.assign(static_cast<std::size_t>(p.numel), 0.0f);
     fill(static_cast<int>(pi), values);
+    mine[2 + pi] = static_cast<std::int64_t>(digest_of(values));
     if (bad[0] < 0) {
       const auto it = std::find_if(values.begin(), values.end(),
                                    [](float x) { return !kernels::is_finite(x); });
@@ -683,17 +712,29 @@ void Engine::init_params(const std::function<void(int, std::span<float>)>& fill)
       std::copy(values.begin(), values.end(), host.data() + p.global_offset);
     }
   }
-  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(s.agreeing_ranks()));
-  s.all_gather_host(bad, all.data(), 2, DType::i64);
+  const std::size_t w = 2 + np;
+  std::vector<std::int64_t> all(w * static_cast<std::size_t>(s.agreeing_ranks()));
+  s.all_gather_host(mine.data(), all.data(), w, DType::i64);
   for (int r = 0; r < s.agreeing_ranks(); ++r) {
-    if (all[2 * r] < 0) continue;
-    const ParamLayout& p = s.layout.params[static_cast<std::size_t>(all[2 * r])];
-    throw Error(cat("init_params: param ", all[2 * r], " '", p.name, "' (unit ", p.unit, " '",
-                    s.layout.units[p.unit].name, "') element ", all[2 * r + 1],
+    const std::int64_t* at = all.data() + w * r;
+    if (at[0] < 0) continue;
+    const ParamLayout& p = s.layout.params[static_cast<std::size_t>(at[0])];
+    throw Error(cat("init_params: param ", at[0], " '", p.name, "' (unit ", p.unit, " '",
+                    s.layout.units[p.unit].name, "') element ", at[1],
                     " is not finite (NaN or infinity) on rank ", r,
                     "; the initial parameters must be finite"),
                 {.rank = s.rank});
   }
+  for (std::size_t pi = 0; pi < np; ++pi)
+    for (int r = 1; r < s.agreeing_ranks(); ++r) {
+      if (all[w * r + 2 + pi] == all[2 + pi]) continue;
+      const ParamLayout& p = s.layout.params[pi];
+      throw Error(cat("init_params: param ", pi, " '", p.name, "' (unit ", p.unit, " '",
+                      s.layout.units[p.unit].name, "') has other values on rank ", r,
+                      " than on rank 0; every rank's fill must produce the same values (seed "
+                      "its generator the same way on every rank)"),
+                  {.rank = s.rank});
+    }
   s.backend->upload(s.master.data(), host.data(), host.size() * sizeof(float));
   s.params_from_master();
 }

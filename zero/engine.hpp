@@ -167,7 +167,8 @@ class Engine {
   // Sets every parameter's initial value. fill(p, out) writes param p's numel fp32 values; every
   // rank must produce the same values (each keeps its shard). Call once, before training.
   // Throws zero::Error on every rank, before storing anything, if any rank's fill produced a
-  // NaN or an infinity (naming the first such param, its unit and the element).
+  // NaN or an infinity (naming the first such param, its unit and the element), or if the ranks'
+  // fills differ (naming the first param that does and a rank whose values are not rank 0's).
   void init_params(const std::function<void(int param, std::span<float> out)>& fill);
 
   // Stage 3: all-gathers unit u (waiting for a prefetch if one is in flight) and prefetches the
@@ -192,8 +193,10 @@ class Engine {
 
   // Waits for the reductions, then: overflow check, global-norm clipping, AdamW on each shard,
   // cast, all-gather of the new parameters (stages 1 and 2). Logs and reports a skipped step.
-  // Throws zero::Error on every rank together (one 16-byte all-gather per rank after the update
-  // tells every rank what any rank saw, so none is left waiting in a collective):
+  // Throws zero::Error on every rank together (at stages 1-3 one 16-byte all-gather per rank
+  // after the update tells every rank what any rank saw, so none is left waiting in a
+  // collective; at stage 0 every rank applies the same update to the same replica, so each
+  // finds the same element itself, with no exchange):
   //  - when the update would make a master weight or an Adam moment non-finite (e.g. a huge lr),
   //    naming the step and the first such param. Each element whose update was non-finite keeps
   //    its value from before the step; the others have taken the step, so the state is finite

@@ -27,8 +27,13 @@ static_assert(sizeof(RankSummary) == 4 * sizeof(std::int64_t));
 
 // 7. No non-finite value entered the master weights or the moments: where an update would have
 //    made one, the kernel kept the element's old values and noted it (adam_element_guarded).
-//    One all-gather of two integers a rank (the first such element: unit, offset in the unit)
-//    tells every rank, so all throw the same error together and none is left in a collective.
+//    Sharded state: one all-gather of two integers a rank (the first such element: unit, offset
+//    in the unit) tells every rank, so all throw the same error together and none is left in a
+//    collective. Replicated state (stage 0): every rank has just applied the same update (the
+//    same all-reduced gradient, norm and scale) to the same weights and moments, so its own first
+//    such element is every rank's and each throws the same error with no exchange. That exchange
+//    was a synchronisation point of its own after the optimizer: 7% of the 8 x 1024 MLP's step
+//    on 4 ranks idle, 11% under load (docs/benchmarks.md).
 void check_update_finite(Engine::Impl& s, std::int64_t step_no) {
   const auto segments = static_cast<int>(s.update_segments.size());
   const std::vector<std::int64_t> first = s.backend->fetch_nonfinite(segments);
@@ -40,10 +45,15 @@ void check_update_finite(Engine::Impl& s, std::int64_t step_no) {
     mine[1] = sg.begin + first[k] +
               (s.policy.shard_optimizer ? s.layout.units[sg.unit].shard_range(s.shard_rank).begin : 0);
   }
-  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(s.agreeing_ranks()));
-  s.all_gather_host(mine, all.data(), 2, DType::i64);
-  int worst = -1;  // the rank with the lowest (unit, offset)
-  for (int r = 0; r < s.agreeing_ranks(); ++r) {
+  const bool replicated = !s.policy.shard_optimizer;
+  const int n = replicated ? 1 : s.agreeing_ranks();
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(n));
+  if (replicated)
+    std::copy_n(mine, 2, all.data());
+  else
+    s.all_gather_host(mine, all.data(), 2, DType::i64);
+  int worst = -1;  // the rank with the lowest (unit, offset); replicated: all[0] is everyone's
+  for (int r = 0; r < n; ++r) {
     if (all[2 * r] < 0) continue;
     if (worst < 0 || all[2 * r] < all[2 * worst] ||
         (all[2 * r] == all[2 * worst] && all[2 * r + 1] < all[2 * worst + 1]))
@@ -64,14 +74,15 @@ void check_update_finite(Engine::Impl& s, std::int64_t step_no) {
   for (UnitRun& run : s.units) run.reductions = 0;
   s.reduce_log.clear();
   if (!s.accum.empty()) s.backend->fill_zero(s.accum.data(), s.accum.bytes());
-  throw Error(
-      cat("step ", step_no, ": the update would make the master weights non-finite, first at ",
-          what, " on rank ", worst, ", with lr ",
-          lr_at(s.config.scheduler, s.config.optimizer.lr, s.applied_steps),
-          "; nothing non-finite was stored (those elements kept their values from before "
-          "the step, the others took it): lower the learning rate and resume from the "
-          "last checkpoint"),
-      {.rank = s.rank});
+  throw Error(cat("step ", step_no,
+                  ": the update would make the master weights non-finite, first at ", what,
+                  replicated ? std::string(" on every rank (each holds the same replica)")
+                             : cat(" on rank ", worst),
+                  ", with lr ", lr_at(s.config.scheduler, s.config.optimizer.lr, s.applied_steps),
+                  "; nothing non-finite was stored (those elements kept their values from before "
+                  "the step, the others took it): lower the learning rate and resume from the "
+                  "last checkpoint"),
+              {.rank = s.rank});
 }
 
 }  // namespace

@@ -15,9 +15,15 @@ using zero::testing::run_mlp;
 namespace {
 
 // What step() all-gathers a rank besides the model's own collectives: before the update its
-// summary (norm part, call digest, loss, whether a loss was passed: 32 bytes), after it the
-// first non-finite update (16 bytes).
-constexpr std::uint64_t kAgreementBytes = 32 + 16;
+// summary (norm part, call digest, loss, whether a loss was passed: 32 bytes), and after it,
+// where the optimizer state is sharded (stages 1-3), the first non-finite update (16 bytes; at
+// stage 0 every rank applies the same update, so each knows without asking).
+std::uint64_t agreement_bytes(int stage) {
+  return 32 + (stage == 0 ? 0 : 16);
+}
+std::int64_t agreement_calls(int stage) {
+  return stage == 0 ? 1 : 2;
+}
 
 std::unique_ptr<comm::Communicator> world() { return comm::make_mpi_communicator(); }
 
@@ -93,10 +99,11 @@ TEST_CASE("Stages 0-3 give bitwise the same weights at every reduce and all-gath
           // 3+2), and 1.
           const std::int64_t buckets = bucket == 1 ? 5 : bucket == 1536 ? 3 : bucket == 3000 ? 2 : 1;
           CHECK(r.stats.reduce_collectives == buckets * spec.steps * accum);
-          // The last step's all-gathers besides the step's two agreements: stage 0's
-          // all-reduce of each bucket, or the new params' runs (the same sizes, in forward
-          // order) at stages 1-2 and for stage 3's persistent units.
-          const auto gathers = static_cast<std::int64_t>(r.per_step[comm::Op::all_gather].calls) - 2;
+          // The last step's all-gathers besides the step's agreements: stage 0's all-reduce of
+          // each bucket, or the new params' runs (the same sizes, in forward order) at stages
+          // 1-2 and for stage 3's persistent units.
+          const auto gathers = static_cast<std::int64_t>(r.per_step[comm::Op::all_gather].calls) -
+                               agreement_calls(stage);
           if (stage == 0) CHECK(gathers == buckets * accum);
           if (stage == 1 || stage == 2 || spec.persistence_threshold > 0) CHECK(gathers == buckets);
           // Stage 3's on-demand gathers, the whole model in the prefetch window: the unit
@@ -169,7 +176,7 @@ TEST_CASE("Hierarchical sharding: shard groups of G ranks, replicated, determini
         CHECK(g.replicate[comm::Op::all_reduce].payload_bytes == std::uint64_t(4 * P / G));
         CHECK(g.replicate[comm::Op::reduce_scatter].calls + g.replicate[comm::Op::all_gather].calls == 0);
         CHECK(g.world[comm::Op::reduce_scatter].calls == 0);
-        CHECK(g.world[comm::Op::all_gather].payload_bytes == kAgreementBytes * n);
+        CHECK(g.world[comm::Op::all_gather].payload_bytes == agreement_bytes(stage) * n);
       }
     }
     spec.overlap = false;
@@ -205,7 +212,7 @@ TEST_CASE("ZeRO++ hpZ: stage 3's backward gathers stay inside the node, weights 
       }
       // Forward: every unit from the primary shards over all ranks (and the step's two
       // agreements); backward: every unit from the secondary shards inside the node.
-      CHECK(g.shard[comm::Op::all_gather].payload_bytes == 2 * P + kAgreementBytes * n);
+      CHECK(g.shard[comm::Op::all_gather].payload_bytes == 2 * P + agreement_bytes(3) * n);
       CHECK(g.secondary[comm::Op::all_gather].payload_bytes == 2 * P);
       CHECK(g.secondary[comm::Op::all_gather].calls == std::uint64_t(spec.shape.layers));
       CHECK(r.memory.ledger[Category::secondary].peak == std::int64_t(2 * P) / H);
@@ -351,7 +358,7 @@ TEST_CASE("Stage 3 moves 1.5 times the payload of stage 2, and stages 0-2 the sa
     const auto r = run_mlp(*w, spec);
     // The step's own agreements aside.
     volume[stage] = r.per_step[comm::Op::reduce_scatter].payload_bytes +
-                    r.per_step[comm::Op::all_gather].payload_bytes - kAgreementBytes * N;
+                    r.per_step[comm::Op::all_gather].payload_bytes - agreement_bytes(stage) * N;
     CHECK(r.per_step[comm::Op::reduce_scatter].payload_bytes == 2 * std::uint64_t(r.padded));
   }
   CHECK(volume[0] == volume[1]);

@@ -94,7 +94,38 @@ TEST_CASE("A NaN or an infinity in init_params is refused on every rank, naming 
                           Catch::Contains("not finite"));
     CHECK_THROWS_WITH(e.init_params(fill(-std::numeric_limits<float>::infinity())),
                       Catch::Contains("param 1 'b.w'"));
-    CHECK_NOTHROW(e.init_params(fill(1.0f)));
+    CHECK_NOTHROW(e.init_params(fill(0.5f)));
+  }
+}
+
+TEST_CASE("Fills that differ between ranks are refused on every rank, naming the param") {
+  auto w = world();
+  const int last = w->size() - 1;
+  for (int stage = 0; stage <= 3; ++stage) {
+    INFO("stage " << stage);
+    Config c;
+    c.zero.stage = stage;
+    Engine e(c, *w, two_units());
+    // The last rank's param 1 has one finite element of its own: at stage 0 its replica would
+    // drift from the others', at stages 1-3 the model would be a mix no rank ever held.
+    auto fill = [&](int p, std::span<float> x) {
+      std::fill(x.begin(), x.end(), 0.5f);
+      if (p == 1 && w->rank() == last) x[5] = 0.25f;
+    };
+    if (w->size() == 1) {
+      CHECK_NOTHROW(e.init_params(fill));
+      continue;
+    }
+    CHECK_THROWS_WITH(e.init_params(fill), Catch::Contains("param 1 'b.w'") &&
+                                               Catch::Contains(cat("has other values on rank ",
+                                                                   last, " than on rank 0")));
+    // -0 and +0 are other bits: a replica must be the same bits.
+    CHECK_THROWS_WITH(e.init_params([&](int, std::span<float> x) {
+      std::fill(x.begin(), x.end(), w->rank() == last ? -0.0f : 0.0f);
+    }),
+                      Catch::Contains("param 0 'a.w'"));
+    CHECK_NOTHROW(
+        e.init_params([](int, std::span<float> x) { std::fill(x.begin(), x.end(), 0.5f); }));
   }
 }
 
@@ -111,9 +142,15 @@ TEST_CASE("An lr that would make the weights infinite stops the step on every ra
       e.init_params(
           [](int p, std::span<float> x) { std::fill(x.begin(), x.end(), 0.25f * (p + 1)); });
       const auto before = all_master(e);
-      CHECK_THROWS_WITH(train_step(e, 1.0f), Catch::Contains("step 1:") &&
-                                                 Catch::Contains("non-finite") &&
-                                                 Catch::Contains("param 0 'a.w'"));
+      // Stage 0: every rank applied the same update to the same replica and finds the element
+      // itself (no exchange after the update); stages 1-3 agree on the lowest (unit, offset),
+      // rank 0's first element here.
+      CHECK_THROWS_WITH(
+          train_step(e, 1.0f),
+          Catch::Contains("step 1:") && Catch::Contains("non-finite") &&
+              Catch::Contains("param 0 'a.w'") &&
+              Catch::Contains(stage == 0 ? "on every rank (each holds the same replica)"
+                                         : "on rank 0,"));
       // Every element's update was non-finite, so every element kept its value.
       CHECK(all_master(e) == before);
     }
