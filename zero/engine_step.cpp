@@ -32,8 +32,9 @@ static_assert(sizeof(RankSummary) == 4 * sizeof(std::int64_t));
 //    collective. Replicated state (stage 0): every rank has just applied the same update (the
 //    same all-reduced gradient, norm and scale) to the same weights and moments, so its own first
 //    such element is every rank's and each throws the same error with no exchange. That exchange
-//    was a synchronisation point of its own after the optimizer: 7% of the 8 x 1024 MLP's step
-//    on 4 ranks idle, 11% under load (docs/benchmarks.md).
+//    was a synchronisation point of its own after the optimizer: without it the 8 x 1024 MLP's
+//    step on 4 ranks is 9% faster idle and 8% under load (docs/benchmarks.md). What the skip
+//    rests on, equal replicas, init_params checks.
 void check_update_finite(Engine::Impl& s, std::int64_t step_no) {
   const auto segments = static_cast<int>(s.update_segments.size());
   const std::vector<std::int64_t> first = s.backend->fetch_nonfinite(segments);
