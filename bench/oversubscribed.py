@@ -258,13 +258,15 @@ def main():
         print(f"| {name} | {min(i) * 1e3:.2f} / {med(i) * 1e3:.2f} | {min(l) * 1e3:.2f} / "
               f"{med(l) * 1e3:.2f} | {ratios[name][0]:.2f} / {ratios[name][1]:.2f} | "
               f"{ci * 1e3:.1f} / {cl * 1e3:.1f} | {vi:.0f} / {vl:.0f} |")
+    paired_all = ({name: paired_ratios(rows[name], rows["torch-ddp-gloo"])
+                   for name, _ in variants[:-1]} if a.torch_python else {})
     if a.torch_python:
         t = ratios["torch-ddp-gloo"]
         for name, _ in variants[:-1]:
             z = ratios[name]
             print(f"{name}: degradation / PyTorch's = {z[0] / t[0]:.2f} (from mins), "
                   f"{z[1] / t[1]:.2f} (medians of per-rep ratios); the goal is <= 1")
-            paired = paired_ratios(rows[name], rows["torch-ddp-gloo"])
+            paired = paired_all[name]
             lo, hi, cover = median_interval(paired)
             below = sum(r <= 1 for r in paired)
             print(f"  paired, each repetition's own: {' '.join(f'{r:.2f}' for r in sorted(paired))}"
@@ -272,10 +274,8 @@ def main():
                   f"[{lo:.2f}, {hi:.2f}]; {below} of {len(paired)} <= 1")
     if a.json:
         with open(a.json, "w") as f:
-            paired = ({name: paired_ratios(rows[name], rows["torch-ddp-gloo"])
-                       for name, _ in variants[:-1]} if a.torch_python else {})
-            json.dump({"args": vars(a), "runs": rows, "ratios": ratios, "paired": paired}, f,
-                      indent=1)
+            json.dump({"args": vars(a), "runs": rows, "ratios": ratios, "paired": paired_all},
+                      f, indent=1)
 
 
 if __name__ == "__main__":

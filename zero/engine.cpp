@@ -651,28 +651,6 @@ int Engine::rank() const { return impl_->rank; }
 int Engine::ranks() const { return impl_->ranks; }
 int Engine::settings_shard_size() const { return impl_->shard_ranks; }
 
-namespace {
-
-// FNV-1a over 64-bit words instead of bytes (8x fewer steps; a digest compared between ranks,
-// not stored): what init_params compares between ranks, param by param.
-std::uint64_t digest_of(std::span<const float> v) {
-  std::uint64_t h = 1469598103934665603ull;
-  std::size_t i = 0;
-  for (; i + 2 <= v.size(); i += 2) {
-    std::uint64_t word;
-    std::memcpy(&word, v.data() + i, sizeof word);
-    h = (h ^ word) * 1099511628211ull;
-  }
-  if (i < v.size()) {
-    std::uint32_t last;
-    std::memcpy(&last, v.data() + i, sizeof last);
-    h = (h ^ last) * 1099511628211ull;
-  }
-  return h;
-}
-
-}  // namespace
-
 void Engine::init_params(const std::function<void(int, std::span<float>)>& fill) {
   Impl& s = *impl_;
   // This rank's master values (its shards, or everything at stage 0), built on the host and
@@ -686,13 +664,15 @@ void Engine::init_params(const std::function<void(int, std::span<float>)>& fill)
   // ranks would train a model no rank ever saw whole.
   const std::size_t np = s.layout.params.size();
   std::vector<std::int64_t> mine(2 + np, 0);
-  std::int64_t* bad = mine.data();
+  std::int64_t* bad = mine.data();  // (param, element) of the first non-finite value, or -1
   bad[0] = bad[1] = -1;
   for (std::size_t pi = 0; pi < np && !s.options.count_only; ++pi) {
     const ParamLayout& p = s.layout.params[pi];
     values.assign(static_cast<std::size_t>(p.numel), 0.0f);
     fill(static_cast<int>(pi), values);
-    mine[2 + pi] = static_cast<std::int64_t>(digest_of(values));
+    Fnv1a digest;
+    digest.add_words(values.data(), values.size() * sizeof(float));
+    mine[2 + pi] = static_cast<std::int64_t>(digest.value);
     if (bad[0] < 0) {
       const auto it = std::find_if(values.begin(), values.end(),
                                    [](float x) { return !kernels::is_finite(x); });
