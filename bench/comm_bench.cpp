@@ -22,7 +22,7 @@
 
 #include "comm/mpi_communicator.hpp"
 #include "comm/mpi_runtime.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace {
 

@@ -23,7 +23,7 @@
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "precision/bf16.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "models/tokens.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::cli {
 namespace {

@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "comm/mpi_runtime.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::cli {
 namespace {

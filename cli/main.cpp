@@ -14,7 +14,7 @@
 #include "cli/commands.hpp"
 #include "comm/abort.hpp"
 #include "kernels/cpu/blas_core.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/json_reader.hpp"
 
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/json_reader.hpp"
 #include "zero/planner.hpp"
 

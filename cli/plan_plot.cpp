@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::cli {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "comm/staging.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::comm {
 namespace {

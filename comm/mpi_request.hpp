@@ -11,7 +11,7 @@
 #include <string_view>
 #include <utility>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::comm::mpi {
 

@@ -17,7 +17,7 @@
 
 #include "comm/abort.hpp"
 #include "comm/mpi_request.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::comm {
 

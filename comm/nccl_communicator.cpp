@@ -15,7 +15,7 @@
 #include "comm/signature.hpp"
 #include "comm/validate.hpp"
 #include "kernels/cuda/device.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::comm {
 namespace {

@@ -25,7 +25,7 @@
 #include "comm/nccl_communicator.hpp"
 #include "comm/signature.hpp"
 #include "kernels/cuda/device.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::comm::nccl {
 

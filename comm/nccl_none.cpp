@@ -1,7 +1,7 @@
 // comm/nccl_communicator.hpp in a build without CUDA: NCCL is never available, and asking for an
 // NCCL communicator says why, so callers need no #if of their own.
 #include "comm/nccl_communicator.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::comm {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "comm/reduce_math.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::comm::mpi {
 namespace {

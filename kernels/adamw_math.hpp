@@ -9,7 +9,7 @@
 #include "kernels/elementwise_math.hpp"
 #include "precision/bits.hpp"
 #include "precision/hd.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::kernels {
 

@@ -15,7 +15,7 @@
 #include <cstring>
 #include <utility>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::models {
 

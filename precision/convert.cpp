@@ -4,7 +4,7 @@
 
 #include "precision/convert_kernels.hpp"
 #include "precision/random.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero {
 namespace {

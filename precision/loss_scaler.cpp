@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero {
 namespace {

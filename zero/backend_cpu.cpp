@@ -7,7 +7,7 @@
 #include "kernels/cpu/norm.hpp"
 #include "precision/convert.hpp"
 #include "zero/backend.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero {
 namespace {

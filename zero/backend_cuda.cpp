@@ -10,7 +10,7 @@
 #include "kernels/cuda/device.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "zero/backend.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero {
 namespace {

@@ -16,7 +16,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero {
 namespace fs = std::filesystem;

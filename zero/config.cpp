@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/json_reader.hpp"
 
 namespace zero {

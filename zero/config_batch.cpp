@@ -3,7 +3,7 @@
 #include <limits>
 
 #include "zero/config.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/json_reader.hpp"
 
 namespace zero {

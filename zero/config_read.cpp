@@ -15,7 +15,7 @@
 
 #include "zero/config.hpp"
 #include "zero/config_keys.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/json_reader.hpp"
 
 namespace zero {

@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "zero/engine_impl.hpp"
-#include "zero/fnv.hpp"
+#include "base/fnv.hpp"
 
 namespace zero {
 

@@ -22,7 +22,7 @@
 #include "precision/bf16.hpp"
 #include "precision/fp16.hpp"
 #include "zero/config.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/layout.hpp"
 #include "zero/ledger.hpp"
 

@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "zero/engine_impl.hpp"
-#include "zero/fnv.hpp"
-#include "zero/schedule.hpp"
+#include "base/fnv.hpp"
+#include "zero/lr_schedule.hpp"
 
 namespace zero {
 

@@ -22,7 +22,7 @@
 
 #include <boost/json.hpp>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::detail {
 namespace json = boost::json;

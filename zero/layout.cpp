@@ -7,7 +7,7 @@
 #include <type_traits>
 #include <unordered_map>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero {
 namespace {

@@ -11,7 +11,7 @@
 #include <new>
 #include <sstream>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero {
 namespace {

@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "comm/communicator.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero {
 

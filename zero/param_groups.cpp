@@ -3,7 +3,7 @@
 
 #include <fnmatch.h>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero {
 

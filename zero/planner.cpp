@@ -16,7 +16,7 @@
 #include "comm/counting_communicator.hpp"
 #include "zero/engine.hpp"
 #include "zero/settings.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/stage_policy.hpp"
 
 namespace zero {

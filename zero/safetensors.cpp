@@ -15,7 +15,7 @@
 #include <unordered_set>
 
 #include "precision/convert.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/layout.hpp"
 
 namespace zero {

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <map>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/safetensors.hpp"
 
 namespace zero {

@@ -1,7 +1,7 @@
 // resolve_settings (zero/settings.hpp).
 #include "zero/settings.hpp"
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero {
 

@@ -17,6 +17,6 @@
 #include "zero/ledger.hpp"
 #include "zero/planner.hpp"
 #include "zero/safetensors.hpp"
-#include "zero/schedule.hpp"
+#include "zero/lr_schedule.hpp"
 #include "zero/time_model.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"

@@ -9,7 +9,7 @@
 
 #include "kernels/cpu/dispatch.hpp"
 #include "precision/convert.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::kernels::cpu {
 namespace {

@@ -13,7 +13,7 @@
 #pragma once
 
 #include "precision/simd.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 #define ZERO_LOOP __attribute__((always_inline))
 

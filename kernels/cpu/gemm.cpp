@@ -10,7 +10,7 @@
 #include <string>
 
 #include "kernels/cpu/blas_core.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::kernels::cpu {
 namespace {

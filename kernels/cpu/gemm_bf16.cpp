@@ -18,7 +18,7 @@
 #include "kernels/cpu/blas_core.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "precision/convert.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 // Debian's oneDNN runs its parallel regions on OpenMP (libgomp, which meson links beside it):
 // the number of threads is the calling thread's OpenMP setting, which the oneDNN backend sets

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::kernels::cuda::detail {
 

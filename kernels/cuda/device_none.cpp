@@ -2,7 +2,7 @@
 // stream, event or buffer says why it cannot work instead of failing to link.
 #include "kernels/cuda/device.hpp"
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::kernels::cuda {
 namespace {

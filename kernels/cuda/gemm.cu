@@ -26,7 +26,7 @@
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/elementwise_math.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::kernels::cuda {
 namespace {

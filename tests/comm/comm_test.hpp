@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "comm/mpi_communicator.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::comm::test {
 

@@ -21,7 +21,7 @@
 #include "comm/mpi_runtime.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "kernels/cuda/device.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero::comm {
 namespace {

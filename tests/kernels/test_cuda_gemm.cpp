@@ -21,7 +21,7 @@
 #include "kernels/cuda/gemm.hpp"
 #include "precision/bf16.hpp"
 #include "test_data.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 using namespace zero;
 using namespace zero::kernels;

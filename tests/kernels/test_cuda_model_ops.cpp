@@ -14,7 +14,7 @@
 #include "kernels/cuda/model_ops.hpp"
 #include "kernels/model_math.hpp"
 #include "test_data.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 using namespace zero;
 using namespace zero::kernels;

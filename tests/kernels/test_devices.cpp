@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "kernels/cuda/device.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 using namespace zero::kernels;
 

@@ -9,7 +9,7 @@
 #include "kernels/elementwise_math.hpp"
 #include "precision/simd.hpp"
 #include "test_data.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 using namespace zero;
 using namespace zero::kernels;

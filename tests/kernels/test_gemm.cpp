@@ -5,7 +5,7 @@
 
 #include "kernels/cpu/gemm.hpp"
 #include "test_data.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 using namespace zero;
 using zero::kernels::cpu::gemm;

@@ -12,7 +12,7 @@
 
 #include "kernels/cpu/gemm_bf16.hpp"
 #include "test_data.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 using namespace zero;
 using namespace zero::kernels::cpu;

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 using namespace zero::models;
 using Catch::Matchers::Contains;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "precision/loss_scaler.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 using namespace zero;
 

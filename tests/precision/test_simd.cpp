@@ -4,7 +4,7 @@
 
 #include "precision/convert.hpp"
 #include "precision/simd.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 using namespace zero;
 

@@ -17,7 +17,7 @@
 #include <string_view>
 
 #include "zero/config.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/planner.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "zero/config.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 using zero::Config;
 using zero::parse_config;

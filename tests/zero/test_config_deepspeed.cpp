@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "zero/config.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 using zero::Config;
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "zero/config.hpp"
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/planner.hpp"
 
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/layout.hpp"
 
 using Catch::Matchers::Contains;

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/ledger.hpp"
 
 using Catch::Matchers::Contains;

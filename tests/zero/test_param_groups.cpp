@@ -3,7 +3,7 @@
 // is tested against the fp64 reference in test_engine.cpp.
 #include <catch2/catch.hpp>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/param_groups.hpp"
 
 using zero::UpdateSegment;

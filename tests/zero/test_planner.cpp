@@ -8,7 +8,7 @@
 #include <limits>
 #include <random>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/planner.hpp"
 #include "zero/stage_policy.hpp"
 

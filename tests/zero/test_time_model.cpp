@@ -6,7 +6,7 @@
 #include <cmath>
 #include <string>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 #include "zero/time_model.hpp"
 
 using namespace zero;

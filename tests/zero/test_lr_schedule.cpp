@@ -2,8 +2,8 @@
 // (deepspeed/runtime/lr_schedules.py): step s here is DeepSpeed's last_batch_iteration = s.
 #include <catch2/catch.hpp>
 
-#include "zero/error.hpp"
-#include "zero/schedule.hpp"
+#include "base/error.hpp"
+#include "zero/lr_schedule.hpp"
 
 using zero::lr_at;
 using zero::SchedulerConfig;

@@ -1,5 +1,5 @@
 // FNV-1a, 64 bits: the digest the engine compares across ranks (the layout, the order of
-// reduce_grads calls) and prints (master_checksum). Internal to zero/.
+// reduce_grads calls) and prints (master_checksum). On the ground floor (base/) with the error type, so that every layer may digest with it..
 #pragma once
 
 #include <cstddef>

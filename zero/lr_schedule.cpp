@@ -1,4 +1,4 @@
-// Learning-rate schedules (see schedule.hpp). The formulas follow DeepSpeed's
+// Learning-rate schedules (see lr_schedule.hpp). The formulas follow DeepSpeed's
 // deepspeed/runtime/lr_schedules.py: WarmupLR._get_gamma, WarmupDecayLR._get_gamma and
 // WarmupCosineLR.get_lr_ratio, including its quirks, so that a DeepSpeed user's schedule gives
 // the same numbers here:
@@ -7,13 +7,13 @@
 //   - WarmupDecayLR's decay divides by max(1, total - warmup) and stops at 0;
 //   - WarmupCosineLR's cosine progress is clamped to 1, so past the end it stays at
 //     cos_min_ratio (the clamp of current DeepSpeed; older releases oscillated back up).
-#include "zero/schedule.hpp"
+#include "zero/lr_schedule.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <numbers>
 
-#include "zero/error.hpp"
+#include "base/error.hpp"
 
 namespace zero {
 namespace {
