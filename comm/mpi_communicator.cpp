@@ -1,66 +1,29 @@
-// MpiCommunicator: the queue, the communication thread, validation, the signature check and the
-// accounting around the collective algorithms of comm/ (see mpi_communicator.hpp).
+// MpiCommunicator: the queue, the communication thread, the signature check and the accounting
+// around the collectives of mpi_tasks.hpp (see mpi_communicator.hpp).
 #include "comm/mpi_communicator.hpp"
 
 #include <pthread.h>
 
-#include <array>
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
 #include <deque>
 #include <exception>
-#include <functional>
 #include <mutex>
 #include <optional>
-#include <span>
 #include <thread>
 
 #include "comm/abort.hpp"
-#include "comm/all_gather.hpp"
-#include "comm/broadcast.hpp"
 #include "comm/mpi_runtime.hpp"
-#include "comm/reduce_math.hpp"
-#include "comm/reduce_scatter.hpp"
+#include "comm/mpi_tasks.hpp"
 #include "comm/signature.hpp"
-#include "comm/validate.hpp"
 
 namespace zero::comm {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using mpi::Call;
+using mpi::Clock;
 using mpi::Signature;
-
-// One queued collective, shared by the queue and the caller's Handle.
-struct Task {
-  Signature sig;
-  Op op = Op::barrier;
-  bool accounted = true;  // split is not an Op
-  std::uint64_t payload = 0;
-  std::function<std::uint64_t()> body;  // the data phase; returns the bytes this rank sent
-  // A small collective (mpi::kInlineBytes): this rank's data, sent with the signature, and what
-  // completes the call from every rank's (rank p's at p * kInlineBytes) instead of body. Set only
-  // with Options::verify on (the signature exchange carries it) and more than one rank.
-  std::span<const std::byte> inline_mine;
-  std::function<std::uint64_t(const std::byte* all)> inline_finish;
-  Clock::time_point issued = Clock::now();
-
-  std::mutex m;
-  std::condition_variable cv;
-  bool done = false;
-  std::exception_ptr error;
-  std::size_t scratch_after = 0;  // the staging peak when this task finished
-
-  void finish(std::exception_ptr e) {
-    {
-      std::lock_guard lock(m);
-      error = std::move(e);
-      done = true;
-    }
-    cv.notify_all();
-  }
-};
+using mpi::Task;
 
 class MpiCommunicator;
 
@@ -77,10 +40,6 @@ class TaskState final : public Handle::State {
   std::shared_ptr<Task> t_;
   MpiCommunicator* owner_;  // outlives every unfinished task: its destructor drains the queue
 };
-
-Signature signature(Call call, ReduceOp op, const ConstView& in, const View& out) {
-  return Signature::of(call, op, in, out);
-}
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -138,136 +97,24 @@ class MpiCommunicator final : public Communicator {
   void barrier() override { run_now(barrier_task()); }
 
  private:
-  // The tasks: each validates its arguments at the call (reject() throws) and captures the data
-  // phase as a body for execute().
+  // The tasks (mpi_tasks.hpp); a call with invalid arguments is rejected here, at the call.
+  mpi::TaskContext context() { return {&link_, &scratch_, options_.verify}; }
   std::shared_ptr<Task> reduce_scatter_task(ConstView in, View out, ReduceOp op) {
-    auto t = std::make_shared<Task>();
-    t->sig = signature(Call::reduce_scatter, op, in, out);
-    if (auto e = mpi::check_reduce_scatter(in, out, op, rank(), size()); !e.empty())
-      reject(t->sig, e);
-    t->op = Op::reduce_scatter;
-    t->payload = in.bytes();
-    // Validation allows exactly one overlap: out is this rank's own block of in, same dtype. The
-    // dtype test matters: a bf16 -> fp32 call whose out merely happens to sit where an fp32 block
-    // of in would start is not in place (it once made the staging depend on malloc's layout).
-    const bool aliases = out.count > 0 && in.dtype == out.dtype &&
-                         static_cast<const std::byte*>(in.data) +
-                                 static_cast<std::size_t>(rank()) * out.bytes() ==
-                             out.data;
-    t->body = [this, in, out, op, aliases] {
-      return mpi::reduce_scatter(
-          link_, {in.data, in.dtype, in.count, out.count, out.data, out.dtype, op, aliases},
-          scratch_);
-    };
-    return t;
+    return valid(mpi::reduce_scatter_task(context(), in, out, op));
   }
-
   std::shared_ptr<Task> all_gather_task(ConstView in, View out) {
-    auto t = std::make_shared<Task>();
-    t->sig = signature(Call::all_gather, ReduceOp::sum, in, out);
-    t->sig.reduce_op = -1;
-    if (auto e = mpi::check_all_gather(in, out, rank(), size()); !e.empty()) reject(t->sig, e);
-    t->op = Op::all_gather;
-    t->payload = out.bytes();
-    t->body = [this, in, out] {
-      return mpi::all_gather(link_, {in.data, out.data, out.count, in.count, size_of(in.dtype)});
-    };
-    const std::size_t es = size_of(in.dtype);
-    if (inlines(in.count * es)) {
-      t->inline_mine = {static_cast<const std::byte*>(in.data),
-                        mpi::block_len(out.count, in.count, rank()) * es};
-      t->inline_finish = [this, in, out, es](const std::byte* all) {
-        for (int p = 0; p < size(); ++p)
-          std::memmove(
-              static_cast<std::byte*>(out.data) + static_cast<std::size_t>(p) * in.count * es,
-              all + static_cast<std::size_t>(p) * mpi::kInlineBytes,
-              mpi::block_len(out.count, in.count, p) * es);
-        return static_cast<std::uint64_t>(size() - 1) *
-               mpi::block_len(out.count, in.count, rank()) * es;
-      };
-    }
-    return t;
+    return valid(mpi::all_gather_task(context(), in, out));
   }
-
   std::shared_ptr<Task> all_reduce_task(View buf, ReduceOp op) {
-    auto t = std::make_shared<Task>();
-    t->sig = signature(Call::all_reduce, op, buf, buf);
-    if (auto e = mpi::check_all_reduce(buf, op); !e.empty()) reject(t->sig, e);
-    t->op = Op::all_reduce;
-    t->payload = buf.bytes();
-    t->body = [this, buf, op] {
-      // Reduce-scatter into this rank's own block of buf (in place), then all-gather in place:
-      // the sums are the reduce-scatter's, bitwise. A count that size() does not divide gets
-      // shorter (or empty) last blocks instead of a padded copy.
-      const std::size_t n = static_cast<std::size_t>(size());
-      const std::size_t block = (buf.count + n - 1) / n;
-      auto* own = static_cast<std::byte*>(buf.data) +
-                  static_cast<std::size_t>(rank()) * block * size_of(buf.dtype);
-      const bool empty = mpi::block_len(buf.count, block, rank()) == 0;
-      void* out = empty ? nullptr : own;
-      std::uint64_t wire = mpi::reduce_scatter(
-          link_, {buf.data, buf.dtype, buf.count, block, out, buf.dtype, op, true}, scratch_);
-      wire += mpi::all_gather(link_, {out, buf.data, buf.count, block, size_of(buf.dtype)});
-      return wire;
-    };
-    if (inlines(buf.bytes())) {
-      // Every rank has every rank's whole buffer: each folds all of it, in rank order, with the
-      // same function as the reduce-scatter, so the sums are the same bits.
-      t->inline_mine = {static_cast<const std::byte*>(buf.data), buf.bytes()};
-      t->inline_finish = [this, buf, op](const std::byte* all) {
-        std::vector<const void*> x(static_cast<std::size_t>(size()));
-        for (int p = 0; p < size(); ++p)
-          x[p] = all + static_cast<std::size_t>(p) * mpi::kInlineBytes;
-        // Accumulators for at most kInlineBytes of elements of at least a byte, 8 bytes each.
-        std::array<std::uint64_t, mpi::kInlineBytes> acc;
-        detail::reduce_fn(buf.dtype, buf.dtype, op)(x.data(), size(), buf.data, acc.data(),
-                                                    buf.count);
-        return static_cast<std::uint64_t>(size() - 1) * buf.bytes();
-      };
-    }
-    return t;
+    return valid(mpi::all_reduce_task(context(), buf, op));
   }
-
   std::shared_ptr<Task> broadcast_task(View buf, int root) {
-    auto t = std::make_shared<Task>();
-    t->sig = signature(Call::broadcast, ReduceOp::sum, buf, buf);
-    t->sig.reduce_op = -1;
-    t->sig.root = root;
-    if (auto e = mpi::check_broadcast(buf, root, size()); !e.empty()) reject(t->sig, e);
-    t->op = Op::broadcast;
-    t->payload = buf.bytes();
-    t->body = [this, buf, root] { return mpi::broadcast(link_, buf.data, buf.bytes(), root); };
-    if (inlines(buf.bytes())) {
-      if (rank() == root) t->inline_mine = {static_cast<const std::byte*>(buf.data), buf.bytes()};
-      t->inline_finish = [this, buf, root](const std::byte* all) {
-        if (rank() != root)
-          std::memcpy(buf.data, all + static_cast<std::size_t>(root) * mpi::kInlineBytes,
-                      buf.bytes());
-        return rank() == root ? static_cast<std::uint64_t>(size() - 1) * buf.bytes() : 0;
-      };
-    }
-    return t;
+    return valid(mpi::broadcast_task(context(), buf, root));
   }
-
-  // Whether a collective moving `bytes` a rank goes with its signature (see Task::inline_mine).
-  bool inlines(std::size_t bytes) const {
-    return options_.verify && size() > 1 && bytes <= mpi::kInlineBytes;
-  }
-
-  std::shared_ptr<Task> barrier_task() {
-    auto t = std::make_shared<Task>();
-    t->sig.call = Call::barrier;
-    t->op = Op::barrier;
-    // With verify on, the signature all-reduce already waits for every rank: that is the barrier.
-    if (!options_.verify) {
-      t->body = [this] {
-        mpi::Request r(mpi::Request::Kind::collective);
-        mpi::check(MPI_Ibarrier(link_.comm, r.slot()), "MPI_Ibarrier");
-        mpi::wait(r, link_.patience, "every rank to reach the barrier");
-        return std::uint64_t{0};
-      };
-    }
-    return t;
+  std::shared_ptr<Task> barrier_task() { return mpi::barrier_task(context()); }
+  std::shared_ptr<Task> valid(mpi::MadeTask made) {
+    if (!made.invalid.empty()) reject(made.task->sig, made.invalid);
+    return std::move(made.task);
   }
 
  public:
