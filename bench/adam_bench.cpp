@@ -412,14 +412,11 @@ int main(int argc, char** argv) {
       if (o.threads < 1) return usage("--threads needs a positive count");
     } else if (a == "--path") {
       const std::string p = value();
-      if (p == "avx512")
-        o.path = SimdPath::avx512;
-      else if (p == "avx2")
-        o.path = SimdPath::avx2;
-      else if (p == "scalar")
-        o.path = SimdPath::scalar;
-      else
-        return usage("--path is avx512, avx2 or scalar");
+      const SimdPath paths[] = {SimdPath::avx512, SimdPath::avx2, SimdPath::scalar};
+      const auto* named = std::find_if(std::begin(paths), std::end(paths),
+                                       [&](SimdPath s) { return p == zero::name_of(s); });
+      if (named == std::end(paths)) return usage("--path is avx512, avx2 or scalar");
+      o.path = *named;
       if (!zero::available(o.path)) {
         std::cerr << "adam_bench: this CPU cannot run the " << p << " path\n";
         return 77;
@@ -440,7 +437,6 @@ int main(int argc, char** argv) {
       return usage(("unknown option '" + a + "'").c_str());
     }
   }
-
   Pool pool(o.threads);
   std::vector<Result> results;
   std::printf(
