@@ -115,7 +115,7 @@ MadeTask broadcast_task(const TaskContext& c, View buf, int root) {
   if (c.inlines(buf.bytes())) {
     if (c.rank() == root) t->inline_mine = {static_cast<const std::byte*>(buf.data), buf.bytes()};
     t->inline_finish = [c, buf, root](const std::byte* all) {
-      if (c.rank() != root)
+      if (c.rank() != root && buf.bytes() > 0)  // memcpy from or to null is undefined, even of 0
         std::memcpy(buf.data, all + static_cast<std::size_t>(root) * kInlineBytes, buf.bytes());
       return c.rank() == root ? static_cast<std::uint64_t>(c.size() - 1) * buf.bytes() : 0;
     };

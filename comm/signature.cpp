@@ -197,7 +197,8 @@ std::optional<std::string> agree(const Link& link, const Signature& mine, Gravey
   auto e = std::make_unique<Graveyard::Entry>();
   e->send.assign(W, 0);
   std::copy(v.begin(), v.end(), e->send.begin());
-  std::memcpy(e->send.data() + K, payload.data(), payload.size());
+  // memcpy's source must not be null even for 0 bytes (an empty payload's data() may be).
+  if (!payload.empty()) std::memcpy(e->send.data() + K, payload.data(), payload.size());
   e->recv.resize(W * n);
   std::copy(e->send.begin(), e->send.end(), e->recv.begin() + static_cast<std::ptrdiff_t>(me * W));
   const std::size_t send_bytes = K * sizeof(std::int64_t) + payload.size();

@@ -19,9 +19,9 @@
 // residual add are bitwise the CPU's (the same fp32 operations in the same order; GELU's tanh and
 // the softmaxes' exponentials are gpt_math.hpp's plain-fp32 exp_element and tanh_element_fast,
 // the same bits on both sides). Cross-entropy's logf is CUDA's, not the C library's. The GEMMs
-// and every row or column reduction add in another order than the CPU's loop (gpt_ops.cu's note
-// on reduction orders says which); each order is fixed, so repeated runs on one device agree bit
-// for bit, and the CPU agrees to a tolerance, not bitwise.
+// and every row or column reduction add in another order than the CPU's loop (the note on
+// reduction orders in gpt_common.cuh says which); each order is fixed, so repeated runs on one
+// device agree bit for bit, and the CPU agrees to a tolerance, not bitwise.
 #pragma once
 
 #include <cstddef>

@@ -5,8 +5,8 @@
 // Tolerances. Bitwise where the device does the CPU's fp32 operations in the CPU's order:
 // embedding forward and backward, GELU forward and backward (kernels/gpt_math.hpp's own exp and
 // tanh, the same bits on both sides), the residual add. Elsewhere the sums are ordered
-// differently (cuBLASLt's blocking; the warp, block and chunk trees of gpt_ops.cu) and the
-// cross-entropy's logf is CUDA's, so:
+// differently (cuBLASLt's blocking; the warp, block and chunk trees of
+// kernels/cuda/gpt_common.cuh) and the cross-entropy's logf is CUDA's, so:
 //   fp32 results (statistics, probabilities, logits, every gradient, both modes):
 //       max |gpu - cpu| <= 1e-5 · max |cpu| over the tensor;
 //   bf16 results (the kept activations): per element
