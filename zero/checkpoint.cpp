@@ -47,7 +47,6 @@ namespace fs = std::filesystem;
 namespace json = boost::json;
 using checkpoint_detail::agree;
 using checkpoint_detail::require_between_steps;
-using checkpoint_detail::state_index;
 
 namespace {
 
@@ -151,8 +150,8 @@ std::string utc_now() {
 
 namespace {
 
-std::string config_summary(const Engine::Impl& s) {
-  const Config& c = s.config;
+std::string config_summary(const EngineState& s) {
+  const Config& c = s.config();
   json::object o{{"stage", c.zero.stage},
                  {"precision", std::string(name_of(c.precision))},
                  {"gradient_accumulation_steps", c.gradient_accumulation_steps},
@@ -351,8 +350,8 @@ std::optional<SaveResult> Checkpointer::wait() {
   if (state_->thread.joinable()) state_->thread.join();
   std::unique_ptr<SaveJob> job = std::move(state_->job);
   if (state_->options.keep_buffer) state_->buffer = std::move(job->buffer);
-  const std::string error =
-      agree(CheckpointAccess::of(state_->engine), job->error, job->error_is_another_ranks);
+  EngineState s = CheckpointAccess::state(state_->engine);
+  const std::string error = agree(s, job->error, job->error_is_another_ranks);
   if (!error.empty()) throw Error(cat("checkpoint save failed: ", error));
   state_->completed.push_back(job->result);
   return job->result;
@@ -364,7 +363,7 @@ const std::vector<SaveResult>& Checkpointer::completed() const {
 
 void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
   (void)wait();
-  Engine::Impl& s = CheckpointAccess::of(state_->engine);
+  EngineState s = CheckpointAccess::state(state_->engine);
   require_between_steps(s, "save");
   json::value trainer;
   try {
@@ -376,19 +375,19 @@ void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
   auto job = std::make_unique<SaveJob>();
   SaveJob& j = *job;
   j.dir = state_->dir;
-  j.rank = s.rank;
+  j.rank = s.rank();
   j.keep = state_->options.keep;
   j.timeout = state_->options.timeout_seconds > 0 ? state_->options.timeout_seconds
-                                                  : s.config.comm_timeout_seconds;
-  if (step < 0) step = s.applied_steps;
+                                                  : s.config().comm_timeout_seconds;
+  if (step < 0) step = s.counters().applied_steps;
   j.final_name = checkpoint_folder_name(step);
   j.staging = (fs::path(j.dir) / (".partial-" + j.final_name)).string();
-  j.commits = s.rank == 0;
-  j.writer = s.replicate == nullptr || s.replicate->rank() == 0;
+  j.commits = s.rank() == 0;
+  j.writer = s.writes_pieces();
 
   // 1. The staging folder, made by rank 0; the all-gather that follows is every rank's go.
   std::string error;
-  if (s.rank == 0) {
+  if (s.rank() == 0) {
     std::error_code ec;
     fs::create_directories(j.dir, ec);
     if (!ec) fs::remove_all(j.staging, ec);
@@ -410,12 +409,12 @@ void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
       std::int64_t state, count;
     };
     std::vector<Span> spans;
-    for (int u = 0; u < static_cast<int>(s.layout.units.size()); ++u) {
-      const auto& U = s.layout.units[static_cast<std::size_t>(u)];
-      for (const ShardPiece& p : s.layout.shard_pieces(u, s.shard_rank)) {
-        const std::int64_t unit_pos = U.shard_range(s.shard_rank).begin + p.shard_offset;
+    for (int u = 0; u < static_cast<int>(s.layout().units.size()); ++u) {
+      const auto& U = s.layout().units[static_cast<std::size_t>(u)];
+      for (const ShardPiece& p : s.layout().shard_pieces(u, s.shard_rank())) {
+        const std::int64_t unit_pos = U.shard_range(s.shard_rank()).begin + p.shard_offset;
         j.pieces.push_back({p.param, p.param_offset, p.count, total * 4});
-        spans.push_back({state_index(s, u, unit_pos), p.count});
+        spans.push_back({s.index(u, unit_pos), p.count});
         total += kStateTensors * p.count;
       }
     }
@@ -424,29 +423,29 @@ void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
     j.buffer.reserve(j.size);
     std::byte* out = j.buffer.data.get();
     for (const Span& sp : spans)
-      for (const Allocation* a : {&s.master, &s.exp_avg, &s.exp_avg_sq}) {
-        const std::size_t n = static_cast<std::size_t>(sp.count) * 4;
-        s.backend->download(out, a->as<float>().data() + sp.state, n);
-        out += n;
+      for (int t = 0; t < EngineState::kTensors; ++t) {
+        s.download(t, sp.state, sp.count, out);
+        out += static_cast<std::size_t>(sp.count) * 4;
       }
   }
   if (j.commits) {
     CheckpointMeta& m = j.meta;
-    m.step = s.applied_steps;
-    m.skipped_steps = s.skipped_steps;
-    m.consecutive_skipped = s.stats.consecutive_skipped_steps;
-    if (s.scaler) m.loss_scaler = s.scaler->state();
-    m.ranks = s.ranks;
-    m.stage = s.config.zero.stage;
-    m.shard_ranks = s.shard_ranks;
-    m.precision = std::string(name_of(s.config.precision));
+    const EngineState::Counters counters = s.counters();
+    m.step = counters.applied_steps;
+    m.skipped_steps = counters.skipped_steps;
+    m.consecutive_skipped = counters.consecutive_skipped;
+    if (s.scaler()) m.loss_scaler = s.scaler()->state();
+    m.ranks = s.ranks();
+    m.stage = s.config().zero.stage;
+    m.shard_ranks = s.shard_ranks();
+    m.precision = std::string(name_of(s.config().precision));
     m.zero_version = build_info().version;
     m.saved_at = utc_now();
     m.config = config_summary(s);
     m.trainer = json::serialize(trainer);
-    for (const ParamLayout& p : s.layout.params)
+    for (const ParamLayout& p : s.layout().params)
       m.params.push_back(
-          {p.name, p.shape, p.numel, s.layout.units[static_cast<std::size_t>(p.unit)].name});
+          {p.name, p.shape, p.numel, s.layout().units[static_cast<std::size_t>(p.unit)].name});
   }
   j.result.path = (fs::path(j.dir) / j.final_name).string();
   j.result.step = step;

@@ -3,13 +3,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace zero::checkpoint_detail {
 
-// Every rank's error sentence (empty: none), all-gathered; the first non-empty one, named by its
-// rank, or "" when every rank succeeded. Every rank returns the same. A `weak` sentence (one that
-// only follows from another rank's failure) is chosen only when no rank has another.
-std::string agree(Engine::Impl& s, const std::string& mine, bool weak) {
+std::string agree(EngineState& s, const std::string& mine, bool weak) {
   constexpr std::size_t kWords = 96;  // 767 bytes of message and a weak flag per rank
   std::int64_t buf[kWords] = {};
   auto* bytes = reinterpret_cast<char*>(buf);
@@ -28,23 +26,13 @@ std::string agree(Engine::Impl& s, const std::string& mine, bool weak) {
   return "";
 }
 
-void require_between_steps(const Engine::Impl& s, const char* what) {
-  if (s.options.count_only)
-    throw Error(cat(what, ": a counting engine (count_only) holds no state"));
-  bool idle = s.reduce_log.empty() && s.in_flight.empty();
-  for (const UnitRun& u : s.units) idle = idle && u.reductions == 0;
-  if (!idle)
+void require_between_steps(const EngineState& s, const char* what) {
+  if (s.counting()) throw Error(cat(what, ": a counting engine (count_only) holds no state"));
+  if (!s.between_steps())
     throw Error(cat(what,
                     " between optimizer steps only: reduce_grads was called since the last "
                     "step(), so gradients are half accumulated"),
-                {.rank = s.rank});
-}
-
-// Where element `unit_pos` of unit u (unit coordinates) lives in the optimizer-state buffers.
-std::int64_t state_index(const Engine::Impl& s, int u, std::int64_t unit_pos) {
-  const auto& U = s.layout.units[static_cast<std::size_t>(u)];
-  return s.state_offset(u) + unit_pos -
-         (s.policy.shard_optimizer ? U.shard_range(s.shard_rank).begin : 0);
+                {.rank = s.rank()});
 }
 
 }  // namespace zero::checkpoint_detail

@@ -12,7 +12,6 @@ namespace zero {
 namespace fs = std::filesystem;
 using checkpoint_detail::agree;
 using checkpoint_detail::require_between_steps;
-using checkpoint_detail::state_index;
 
 namespace {
 
@@ -76,10 +75,10 @@ std::string checkpoint_mismatch(const CheckpointMeta& meta, const std::vector<Un
 }
 
 LoadResult load_checkpoint(Engine& engine, const std::string& path) {
-  Engine::Impl& s = CheckpointAccess::of(engine);
+  EngineState s = CheckpointAccess::state(engine);
   require_between_steps(s, "load");
   LoadResult out;
-  const std::size_t n = s.master.bytes() / sizeof(float);
+  const auto n = static_cast<std::size_t>(s.elements());
   std::vector<float> state[kStateTensors];
   std::string error;
   try {
@@ -87,7 +86,7 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
     out.meta = read_checkpoint_meta(out.path);
     std::vector<int> index_of;
     const std::string where = (fs::path(out.path) / kCheckpointMeta).string();
-    error = compare_params(specs_of(s.layout), out.meta, where, index_of);
+    error = compare_params(specs_of(s.layout()), out.meta, where, index_of);
     if (error.empty()) {
       for (auto& v : state) v.assign(n, 0.0f);
       CheckpointReader reader(out.path, out.meta);
@@ -97,16 +96,16 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
                       std::span(state[t]).subspan(static_cast<std::size_t>(at),
                                                   static_cast<std::size_t>(count)));
       };
-      for (int u = 0; u < static_cast<int>(s.layout.units.size()); ++u) {
-        const auto& U = s.layout.units[static_cast<std::size_t>(u)];
-        if (s.policy.shard_optimizer) {
-          for (const ShardPiece& p : s.layout.shard_pieces(u, s.shard_rank))
+      for (int u = 0; u < static_cast<int>(s.layout().units.size()); ++u) {
+        const auto& U = s.layout().units[static_cast<std::size_t>(u)];
+        if (s.sharded()) {
+          for (const ShardPiece& p : s.layout().shard_pieces(u, s.shard_rank()))
             read(p.param, p.param_offset, p.count,
-                 state_index(s, u, U.shard_range(s.shard_rank).begin + p.shard_offset));
+                 s.index(u, U.shard_range(s.shard_rank()).begin + p.shard_offset));
         } else {
           for (int p = U.first_param; p < U.first_param + U.param_count; ++p)
-            read(p, 0, s.layout.params[static_cast<std::size_t>(p)].numel,
-                 state_index(s, u, s.layout.params[static_cast<std::size_t>(p)].offset));
+            read(p, 0, s.layout().params[static_cast<std::size_t>(p)].numel,
+                 s.index(u, s.layout().params[static_cast<std::size_t>(p)].offset));
         }
       }
       for (const auto& v : state)  // a finite checkpoint only: the update check assumes it
@@ -124,18 +123,15 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
   const std::string agreed = agree(s, error);
   if (!agreed.empty()) throw Error(cat("cannot load checkpoint: ", agreed));
 
-  Allocation* dst[kStateTensors] = {&s.master, &s.exp_avg, &s.exp_avg_sq};
-  for (int t = 0; t < kStateTensors; ++t)
-    s.backend->upload(dst[t]->data(), state[t].data(), n * sizeof(float));
+  for (int t = 0; t < kStateTensors; ++t) s.upload(t, state[t].data(), static_cast<std::int64_t>(n));
   const CheckpointMeta& m = out.meta;
-  s.applied_steps = m.step;
-  s.skipped_steps = m.skipped_steps;
-  s.stats.consecutive_skipped_steps = m.consecutive_skipped;
-  if (s.scaler && m.loss_scaler) {
-    s.scaler->restore(*m.loss_scaler);
-  } else if (s.scaler) {
+  s.restore({m.step, m.skipped_steps, m.consecutive_skipped});
+  std::optional<LossScaler>& scaler = s.scaler();
+  if (scaler && m.loss_scaler) {
+    scaler->restore(*m.loss_scaler);
+  } else if (scaler) {
     s.log(cat("checkpoint ", out.path, " was saved by a ", m.precision,
-              " run: the fp16 loss scaler starts afresh at ", s.scaler->scale()));
+              " run: the fp16 loss scaler starts afresh at ", scaler->scale()));
   }
   s.params_from_master();
   out.step = m.step;

@@ -25,6 +25,7 @@
 #include "base/error.hpp"
 #include "zero/layout.hpp"
 #include "zero/ledger.hpp"
+#include "zero/settings.hpp"
 
 namespace zero {
 
@@ -158,6 +159,10 @@ class Engine {
 
   const Layout& layout() const;
   const Config& config() const;
+  // The config resolved once for this world (zero/settings.hpp): the dtypes, the stage's policy
+  // row, the groups, the bucket, prefetch and live limits. Commands read it instead of
+  // re-deriving any rule from the Config.
+  const Settings& settings() const;
   int stage() const;
   int rank() const;
   int ranks() const;
@@ -238,7 +243,9 @@ class Engine {
   struct Impl;
 
  private:
-  friend struct CheckpointAccess;  // zero/checkpoint.cpp saves and restores the state
+  // Checkpoints save and restore through EngineState (zero/engine_state.hpp), a narrow view of
+  // the model states and counters that CheckpointAccess hands them.
+  friend struct CheckpointAccess;
   std::unique_ptr<Impl> impl_;
 };
 

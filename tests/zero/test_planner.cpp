@@ -237,7 +237,7 @@ namespace {
 // reduction at each call (quadratic in units), one reduction per unit. Bucket buffers (stage 0's
 // reduced blocks, the after-step staging) are kept for reuse, a request taking the smallest that
 // holds it, and at the end of a step those no reduction used are freed (Spares,
-// zero/engine_impl.hpp): two steps run, the second one's peak counts.
+// zero/engine_context.hpp): two steps run, the second one's peak counts.
 std::int64_t reference_step_peak(const PlanInput& in) {
   LayoutOptions lo;
   lo.shard_ranks = in.shard_size > 0 ? in.shard_size : in.ranks;
