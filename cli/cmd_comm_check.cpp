@@ -115,10 +115,10 @@ int cmd_comm_check(const Args& argv) {
   if (!(timeout > 0) || !std::isfinite(timeout))
     throw Error(cat("--timeout must be a positive number of seconds, got ", timeout));
 
-  comm::MpiRuntime mpi({.startup_timeout_seconds = timeout, .error_prefix = "zero comm-check: error: "});
+  World world({.startup_timeout_seconds = timeout, .error_prefix = "zero comm-check: error: "});
   comm::Options options;
   options.timeout_seconds = timeout;
-  auto c = comm::make_mpi_communicator(MPI_COMM_WORLD, options);
+  Communicator* c = &world.connect(comm::Memory::host, options);
   check_job_size(c->size(), "comm-check");
   std::vector<Row> rows;
   const std::size_t bytes = mib << 20;

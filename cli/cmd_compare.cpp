@@ -20,7 +20,6 @@
 #include "cli/train_model.hpp"
 #include "cli/train_report.hpp"
 #include "cli/train_setup.hpp"
-#include "comm/nccl_communicator.hpp"
 #include "zero/zero.hpp"
 
 namespace zero::cli {
@@ -51,8 +50,9 @@ double median(std::vector<double> v) {
 
 // One stage's run from the same starting state: warm-up steps, then measured ones.
 StageResult run_stage(const Run& run, const Flags& f, int stage, std::int64_t warmup,
-                      std::int64_t measured, comm::Communicator& world, bool on_gpu,
-                      const Peak& peak, const std::string& resume, std::int64_t resume_step) {
+                      std::int64_t measured, World& whole, bool on_gpu, const Peak& peak,
+                      const std::string& resume, std::int64_t resume_step) {
+  comm::Communicator& world = whole.communicator();
   const int n = world.size(), rank = world.rank();
   Config config = run.config;
   config.zero.stage = stage;
@@ -116,9 +116,7 @@ StageResult run_stage(const Run& run, const Flags& f, int stage, std::int64_t wa
     r.per_step[op].seconds = (all.ops[op].seconds - at_measure.ops[op].seconds) / m;
   }
   r.memory = engine.memory();
-  std::int64_t mine = r.memory.peak_total;
-  MPI_Allreduce(MPI_IN_PLACE, &mine, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
-  r.peak_most = mine;
+  r.peak_most = whole.all_max(r.memory.peak_total);
   r.plan = plan_memory(plan_input_of(config, n, *model, on_gpu));
   r.checksum = engine.master_checksum();
   return r;
@@ -262,68 +260,141 @@ boost::json::object to_json(const StageResult& r) {
           {"checksum", hex16(r.checksum)}};
 }
 
-}  // namespace
-
-int cmd_compare(const Args& argv) {
-  namespace po = boost::program_options;
-  Flags f;
+// zero compare's own flags, beside zero train's.
+struct CompareFlags {
   std::string stages_text = "0,1,2,3", chart, configs_text;
   std::int64_t warmup = 2;
+  std::vector<int> stages;
+  std::vector<std::string> configs;  // --configs, each read once here
+};
+
+// The flags, parsed and checked (every --configs file read once, before ranks start); false
+// after --help (printed).
+bool parse_compare_flags(const Args& argv, Flags& f, CompareFlags& c,
+                         boost::program_options::variables_map& vm) {
+  namespace po = boost::program_options;
   po::options_description opts(
       "zero compare options (the model, data and batch flags are zero train's)");
   // clang-format off
   opts.add_options()
-      ("stages", po::value(&stages_text)->default_value("0,1,2,3"), "the stages to compare, in order")
-      ("warmup", po::value(&warmup)->default_value(2), "steps before the measured ones (not timed)")
-      ("configs", po::value(&configs_text),
+      ("stages", po::value(&c.stages_text)->default_value("0,1,2,3"), "the stages to compare, in order")
+      ("warmup", po::value(&c.warmup)->default_value(2), "steps before the measured ones (not timed)")
+      ("configs", po::value(&c.configs_text),
        "DeepSpeed-style config files, comma-separated: every stage runs under each (reduce "
        "dtype, bucket sizes, prefetch, hierarchical groups...); the flags still override them")
-      ("chart", po::value(&chart),
+      ("chart", po::value(&c.chart),
        "write the time split and the memory per stage to this SVG file (and a PNG beside it where "
        "rsvg-convert is installed)");
   // clang-format on
   add_train_options(opts, f);
   opts.add_options()("help,h", "show this help");
-  const po::variables_map vm = parse_options(argv, opts);
+  vm = parse_options(argv, opts);
   if (vm.count("help")) {
     std::cout << opts;
-    return 0;
+    return false;
   }
   for (const char* train_only : {"stage", "save", "save-every", "keep", "save-sync", "plot"})
     if (vm.count(train_only))
       throw Error(cat("--", train_only, " is zero train's; zero compare runs --stages (",
-                      stages_text, ") from the same start and saves nothing"));
-  const std::vector<int> stages = parse_stages(stages_text);
-  std::vector<std::string> configs;
+                      c.stages_text, ") from the same start and saves nothing"));
+  c.stages = parse_stages(c.stages_text);
   if (vm.count("configs")) {
     if (vm.count("config"))
       throw Error("--config and --configs: give every file to compare in --configs");
-    std::stringstream in(configs_text);
+    std::stringstream in(c.configs_text);
     for (std::string item; std::getline(in, item, ',');) {
-      if (item.empty()) throw Error(cat("--configs: an empty file name in '", configs_text, "'"));
+      if (item.empty())
+        throw Error(cat("--configs: an empty file name in '", c.configs_text, "'"));
       (void)load_config(item);  // a bad file is one sentence, before ranks start
-      configs.push_back(item);
+      c.configs.push_back(item);
     }
   }
-  if (warmup < 0) throw Error(cat("--warmup must be >= 0, got ", warmup));
-  if (vm.count("chart") && chart.empty()) throw Error("--chart: the file name is empty");
+  if (c.warmup < 0) throw Error(cat("--warmup must be >= 0, got ", c.warmup));
+  if (vm.count("chart") && c.chart.empty()) throw Error("--chart: the file name is empty");
   // --steps is the measured steps here; 8 unless given.
   if (vm["steps"].defaulted()) f.steps = 8;
   check_flags(f, vm);
+  return true;
+}
+
+// Every stage under every config, in order, each from the same start.
+std::vector<StageResult> run_stages(const Flags& f, const CompareFlags& c,
+                                    const boost::program_options::variables_map& vm,
+                                    const Run& run, World& world, bool on_gpu, const Peak& peak,
+                                    const std::string& resume, std::int64_t resume_step) {
+  const int n = world.size(), rank = world.communicator().rank();
+  std::vector<StageResult> results;
+  for (const std::string& file : c.configs.empty() ? std::vector<std::string>{""} : c.configs) {
+    Run variant = file.empty() ? run : resolve_run(f, vm, n, file);
+    variant.shape.seed = run.shape.seed;  // every config from the same weights and data order
+    const std::string label = file.empty() ? "" : std::filesystem::path(file).stem().string();
+    for (int stage : c.stages) {
+      if (rank == 0) {
+        std::printf("zero compare: stage %d%s: %lld warm-up + %lld measured steps\n", stage,
+                    label.empty() ? "" : cat(" (", file, ")").c_str(),
+                    static_cast<long long>(c.warmup), static_cast<long long>(run.steps));
+        std::fflush(stdout);
+      }
+      results.push_back(run_stage(variant, f, stage, c.warmup, run.steps, world, on_gpu, peak,
+                                  resume, resume_step));
+      results.back().config = label;
+    }
+  }
+  return results;
+}
+
+// The table, the chart and --json (rank 0).
+void report(const Flags& f, const CompareFlags& c, const Run& run, int n, bool on_gpu,
+            const Peak& peak, const std::string& resume,
+            const std::vector<StageResult>& results) {
+  const std::string what =
+      cat(run.gpt ? cat("gpt ", f.preset) : cat("mlp ", run.shape.layers, " x ", run.shape.width),
+          ", ", n, n == 1 ? " rank" : " ranks", " on ", on_gpu ? "cuda (NCCL)" : "cpu (MPI)", ", ",
+          name_of(run.config.precision), ", global batch ", run.shape.global_batch,
+          resume.empty() ? std::string() : cat(", from ", resume));
+  print_table(results, cat("zero compare: ", what), peak, run.gpt);
+  if (!c.chart.empty()) {
+    for (const std::string& written :
+         write_compare_chart(results, c.chart, cat("zero compare: ", what)))
+      std::printf("chart: %s\n", written.c_str());
+  }
+  if (!f.json_file.empty()) {
+    boost::json::array stages_json;
+    for (const StageResult& r : results) stages_json.push_back(to_json(r));
+    bool same = true;
+    (void)agreement(results, &same);
+    boost::json::object j{{"what", what},
+                          {"ranks", n},
+                          {"warmup_steps", c.warmup},
+                          {"measured_steps", run.steps},
+                          {"peak_flops", peak.flops},
+                          {"peak_source", peak.source},
+                          {"weights_agree_bitwise", same},
+                          {"stages", stages_json}};
+    std::ofstream out(f.json_file);
+    out << boost::json::serialize(j) << '\n';
+    if (!out) throw Error(cat("--json: cannot write ", f.json_file));
+  }
+}
+
+}  // namespace
+
+int cmd_compare(const Args& argv) {
+  Flags f;
+  CompareFlags c;
+  boost::program_options::variables_map vm;
+  if (!parse_compare_flags(argv, f, c, vm)) return 0;
   const int asked = vm.count("ranks") ? f.ranks : in_mpi_job() ? 0 : 1;
   const double timeout = before_launch(f, vm, asked, false);
   if (asked > 0) ensure_ranks(asked, argv);
 
-  comm::MpiRuntime mpi(
-      {.startup_timeout_seconds = timeout, .error_prefix = "zero compare: error: "});
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  World world({.startup_timeout_seconds = timeout, .error_prefix = "zero compare: error: "});
+  const int n = world.size();
   check_job_size(n, "compare");
-  const bool on_gpu = use_gpu(f.device);
+  const bool on_gpu = use_gpu(world, f.device);
   Run run = resolve_run(f, vm, n);
-  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  check_host_memory(run, n, on_gpu ? 1 : std::max(1, local_size ? std::atoi(local_size) : 1),
-                    on_gpu);
+  check_host_memory(run, n, on_gpu ? 1 : world.local_size(), on_gpu);
+  const int local_rank = world.local_rank();  // every rank asks: collective the first time
   std::string resume;
   std::int64_t resume_step = 0;
   if (!f.ckpt.resume.empty()) {
@@ -334,60 +405,15 @@ int cmd_compare(const Args& argv) {
   }
   comm::Options co;
   co.timeout_seconds = run.timeout;
-  std::unique_ptr<comm::Communicator> world =
-      on_gpu ? comm::make_nccl_communicator(MPI_COMM_WORLD, comm::NcclOptions{.common = co})
-             : comm::make_mpi_communicator(MPI_COMM_WORLD, co);
-  const int rank = world->rank();
+  const int rank =
+      world.connect(on_gpu ? comm::Memory::device : comm::Memory::host, co).rank();
   if (rank == 0)
     for (const auto& w : run.config.warnings) std::cerr << "zero compare: warning: " << w << '\n';
   Peak peak;
-  if (rank == 0 && run.gpt) peak = ranks_peak(on_gpu, n);
-  std::vector<StageResult> results;
-  for (const std::string& file : configs.empty() ? std::vector<std::string>{""} : configs) {
-    Run variant = file.empty() ? run : resolve_run(f, vm, n, file);
-    variant.shape.seed = run.shape.seed;  // every config from the same weights and data order
-    const std::string label = file.empty() ? "" : std::filesystem::path(file).stem().string();
-    for (int stage : stages) {
-      if (rank == 0) {
-        std::printf("zero compare: stage %d%s: %lld warm-up + %lld measured steps\n", stage,
-                    label.empty() ? "" : cat(" (", file, ")").c_str(),
-                    static_cast<long long>(warmup), static_cast<long long>(run.steps));
-        std::fflush(stdout);
-      }
-      results.push_back(run_stage(variant, f, stage, warmup, run.steps, *world, on_gpu, peak,
-                                  resume, resume_step));
-      results.back().config = label;
-    }
-  }
-  if (rank != 0) return 0;
-  const std::string what =
-      cat(run.gpt ? cat("gpt ", f.preset) : cat("mlp ", run.shape.layers, " x ", run.shape.width),
-          ", ", n, n == 1 ? " rank" : " ranks", " on ", on_gpu ? "cuda (NCCL)" : "cpu (MPI)", ", ",
-          name_of(run.config.precision), ", global batch ", run.shape.global_batch,
-          resume.empty() ? std::string() : cat(", from ", resume));
-  print_table(results, cat("zero compare: ", what), peak, run.gpt);
-  if (!chart.empty()) {
-    for (const std::string& written :
-         write_compare_chart(results, chart, cat("zero compare: ", what)))
-      std::printf("chart: %s\n", written.c_str());
-  }
-  if (!f.json_file.empty()) {
-    boost::json::array stages_json;
-    for (const StageResult& r : results) stages_json.push_back(to_json(r));
-    bool same = true;
-    (void)agreement(results, &same);
-    boost::json::object j{{"what", what},
-                          {"ranks", n},
-                          {"warmup_steps", warmup},
-                          {"measured_steps", run.steps},
-                          {"peak_flops", peak.flops},
-                          {"peak_source", peak.source},
-                          {"weights_agree_bitwise", same},
-                          {"stages", stages_json}};
-    std::ofstream out(f.json_file);
-    out << boost::json::serialize(j) << '\n';
-    if (!out) throw Error(cat("--json: cannot write ", f.json_file));
-  }
+  if (rank == 0 && run.gpt) peak = ranks_peak(on_gpu, n, local_rank);
+  const std::vector<StageResult> results =
+      run_stages(f, c, vm, run, world, on_gpu, peak, resume, resume_step);
+  if (rank == 0) report(f, c, run, n, on_gpu, peak, resume, results);
   return 0;
 }
 

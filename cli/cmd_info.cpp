@@ -7,17 +7,15 @@
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
-#include "comm/mpi_runtime.hpp"
-#include "kernels/cpu/gemm_bf16.hpp"
 #include "zero/zero.hpp"
 
 namespace zero::cli {
 namespace {
 
-// The BF16 GEMM's backend (kernels/cpu/gemm_bf16.hpp) as one more row after the BLAS rows, and as
-// gemm_bf16* keys in the JSON. A bad ZERO_GEMM_BF16 makes gemm_bf16_info throw: zero info then
+// The BF16 GEMM's backend (zero/build_info.hpp) as one more row after the BLAS rows, and as
+// gemm_bf16* keys in the JSON. A bad ZERO_GEMM_BF16 makes gemm_bf16_backend throw: zero info then
 // fails with that sentence, as a training run would.
-std::string with_gemm_bf16_row(std::string text, const kernels::cpu::GemmBf16Info& g) {
+std::string with_gemm_bf16_row(std::string text, const GemmBf16& g) {
   const std::string row = "  BF16 GEMM     " + g.name + "; " + g.reason + '\n';
   const std::size_t simd = text.find("\n  SIMD");
   text.insert(simd == std::string::npos ? text.size() : simd + 1, row);
@@ -60,10 +58,10 @@ std::string with_mpi_rows(std::string text) {
   return text;
 }
 
-std::string with_gemm_bf16_keys(const std::string& json, const kernels::cpu::GemmBf16Info& g) {
+std::string with_gemm_bf16_keys(const std::string& json, const GemmBf16& g) {
   boost::json::object o = boost::json::parse(json).as_object();
   o["gemm_bf16"] = g.name;
-  o["gemm_bf16_backend"] = std::string(kernels::cpu::name_of(g.backend));
+  o["gemm_bf16_backend"] = g.backend;
   o["gemm_bf16_reason"] = g.reason;
   o["onednn_version"] = g.onednn_version;
   o["onednn_bf16_impl"] = g.onednn_impl;
@@ -84,7 +82,7 @@ int cmd_info(const Args& argv) {
     return 0;
   }
   BuildInfo info = build_info();
-  const kernels::cpu::GemmBf16Info gemm_bf16 = kernels::cpu::gemm_bf16_info();
+  const GemmBf16 gemm_bf16 = gemm_bf16_backend();
   std::cout << (vm.count("json") ? with_gemm_bf16_keys(to_json(info), gemm_bf16) + "\n"
                                  : with_mpi_rows(with_gemm_bf16_row(to_text(info), gemm_bf16)));
   return 0;

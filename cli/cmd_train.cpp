@@ -25,10 +25,6 @@
 #include "cli/train_model.hpp"
 #include "cli/train_report.hpp"
 #include "cli/train_setup.hpp"
-#include "comm/nccl_communicator.hpp"
-#include "kernels/cpu/blas_core.hpp"
-#include "kernels/cpu/peak.hpp"
-#include "kernels/cuda/device.hpp"
 #include "models/mlp.hpp"
 #include "zero/zero.hpp"
 #include "zero_build_config.hpp"
@@ -52,69 +48,46 @@ std::string human_bytes(double b) {
   return s;
 }
 
-}  // namespace
-
-int cmd_train(const Args& argv) {
+// The flags, parsed and checked; false after --help (printed).
+bool parse_train_flags(const Args& argv, Flags& f, boost::program_options::variables_map& vm) {
   namespace po = boost::program_options;
-  Flags f;
   po::options_description opts("zero train options");
   add_train_options(opts, f);
   opts.add_options()("help,h", "show this help");
-  const po::variables_map vm = parse_options(argv, opts);
+  vm = parse_options(argv, opts);
   if (vm.count("help")) {
     std::cout << opts;
-    return 0;
+    return false;
   }
   f.ckpt.sync = vm.count("save-sync") > 0;
   check_flags(f, vm);
-  const int asked = vm.count("ranks") ? f.ranks : in_mpi_job() ? 0 : 1;
-  const double timeout = before_launch(f, vm, asked);
-  if (asked > 0) ensure_ranks(asked, argv);
+  return true;
+}
 
-  // A rank that never joins ends MPI startup after the same timeout as a collective.
-  comm::MpiRuntime mpi({.startup_timeout_seconds = timeout, .error_prefix = "zero train: error: "});
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  check_job_size(n, "train");
-  const bool on_gpu = use_gpu(f.device);
-  Run run = resolve_run(f, vm, n);
-  const std::optional<Resumed> resumed =
-      check_checkpoint_flags(f.ckpt, units_of(run), f.model, run.steps);
-  // The data order continues the saved run's: its seed, unless --seed says otherwise.
-  if (resumed && !vm.count("seed")) run.shape.seed = resumed->trainer.seed;
+// What rank 0 says before the model is built: the config's warnings, the keys filled in, a BLAS
+// the environment weakened, a stage that shards nothing.
+void warn_at_start(const Config& config, bool on_gpu, int n) {
+  for (const auto& w : config.warnings) std::cerr << "zero train: warning: " << w << '\n';
+  for (const auto& line : auto_fill_lines(config, "zero train")) std::cout << line << '\n';
+  // The one case the first gemm is silent about (kernels/cpu/gemm.hpp): the environment chose
+  // weaker kernels than this CPU's, which zero respects.
+  if (const BlasCore blas = blas_core(); !on_gpu && blas.source == "user" && !blas.warning.empty())
+    std::cerr << "zero train: warning: " << blas.warning << '\n';
+  if (config.zero.stage > 0 && n == 1)
+    std::cerr << "zero train: warning: stage " << config.zero.stage
+              << " at 1 rank shards nothing (every state stays whole on the one rank); run with "
+                 "-n 2 or more to see it shard\n";
+}
+
+// The model the flags name, and the GPT's AdamW groups (no decay on biases, LayerNorm,
+// embeddings) unless the config gives its own param_groups.
+std::unique_ptr<TrainModel> build_model(const Flags& f, Run& run, int n, int rank,
+                                        comm::Memory where) {
   Config& config = run.config;
-  models::MlpShape& shape = run.shape;
-  const std::int64_t micro = run.micro, accum = run.accum, global_batch = shape.global_batch;
-  const std::int64_t steps = run.steps, log_every = run.log_every;
-  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  check_host_memory(run, n, on_gpu ? 1 : std::max(1, local_size ? std::atoi(local_size) : 1),
-                    on_gpu);
-  comm::Options co;
-  co.timeout_seconds = run.timeout;
-  std::unique_ptr<comm::Communicator> world =
-      on_gpu ? comm::make_nccl_communicator(MPI_COMM_WORLD, comm::NcclOptions{.common = co})
-             : comm::make_mpi_communicator(MPI_COMM_WORLD, co);
-  const int rank = world->rank();
-  const comm::Memory where = on_gpu ? comm::Memory::device : comm::Memory::host;
-  if (rank == 0) {
-    for (const auto& w : config.warnings) std::cerr << "zero train: warning: " << w << '\n';
-    for (const auto& line : auto_fill_lines(config, "zero train")) std::cout << line << '\n';
-    // The one case the first gemm is silent about (kernels/cpu/gemm.hpp): the environment chose
-    // weaker kernels than this CPU's, which zero respects.
-    if (const auto blas = kernels::cpu::blas_core_status();
-        !on_gpu && blas.source == kernels::cpu::CoretypeSource::user && !blas.warning.empty())
-      std::cerr << "zero train: warning: " << blas.warning << '\n';
-    if (config.zero.stage > 0 && n == 1)
-      std::cerr << "zero train: warning: stage " << config.zero.stage
-                << " at 1 rank shards nothing (every state stays whole on the one rank); run with "
-                   "-n 2 or more to see it shard\n";
-  }
-
-  std::unique_ptr<TrainModel> model = run.gpt ? make_gpt_model(run.gpt_shape, run.compute, f.preset,
-                                                               f.data, shape.seed, accum, n, where)
-                                              : make_mlp_model(shape, micro, where);
-  // The GPT's AdamW groups (no decay on biases, LayerNorm, embeddings) unless the config gives
-  // its own param_groups.
+  std::unique_ptr<TrainModel> model =
+      run.gpt ? make_gpt_model(run.gpt_shape, run.compute, f.preset, f.data, run.shape.seed,
+                               run.accum, n, where)
+              : make_mlp_model(run.shape, run.micro, where);
   if (run.gpt && config.param_groups.empty()) {
     config.param_groups = models::gpt_param_groups();
     if (rank == 0)
@@ -124,16 +97,28 @@ int cmd_train(const Args& argv) {
           "replace these)\n",
           config.optimizer.weight_decay);
   }
-  EngineOptions eo;
-  eo.memory = where;
-  Engine engine(config, *world, model->units(), eo);
-  TrainerState trainer_state{model->kind(),
-                             0,
-                             shape.seed,
-                             global_batch,
-                             run.gpt ? f.data : std::string(),
-                             run.gpt ? models::TokenFile(f.data).size() : 0};
+  return model;
+}
+
+// One training run's pieces, as the steps below share them.
+struct Trainer {
+  const Flags& f;
+  const Run& run;
+  int n = 1, rank = 0, local_rank = 0;
+  bool on_gpu = false;
+  TrainModel& model;
+  Engine& engine;
+  TrainerState& state;
+  std::optional<Checkpointer>& checkpointer;
   std::int64_t start = 0;  // the first step this process trains
+  std::int64_t run_steps() const { return run.steps - start; }
+};
+
+// The starting weights: a checkpoint (--resume), a safetensors file (--init) or the model's
+// own initialisation. Returns the first step to train.
+std::int64_t start_weights(const Flags& f, const std::optional<Resumed>& resumed, Engine& engine,
+                           TrainModel& model, const TrainerState& trainer_state, int rank) {
+  std::int64_t start = 0;
   if (resumed) {
     (void)load_checkpoint(engine, resumed->path);
     start = resumed->trainer.next_step;
@@ -151,124 +136,167 @@ int cmd_train(const Args& argv) {
     engine.init_params(safetensors_fill(f.init, engine.layout()));
     if (rank == 0) std::printf("zero train: initial weights from %s\n", f.init.c_str());
   } else {
-    engine.init_params([&](int p, std::span<float> out) { model->init(p, out); });
+    engine.init_params([&](int p, std::span<float> out) { model.init(p, out); });
   }
-  std::optional<Checkpointer> checkpointer;
-  if (!f.ckpt.save.empty())
-    checkpointer.emplace(engine, f.ckpt.save,
-                         CheckpointOptions{.keep = f.ckpt.keep, .background = !f.ckpt.sync});
-  std::vector<double> save_stalls;
-  const std::int64_t run_steps = steps - start;
-  const Layout& layout = engine.layout();
-  if (rank == 0)
-    std::printf(
-        "zero train: %s (%lld params), stage %d, %d rank%s on %s, %s, reduce %s, "
-        "global batch %lld = %d x %lld micro-batches x %lld\n",
-        model->describe().c_str(), static_cast<long long>(layout.numel), config.zero.stage, n,
-        n == 1 ? "" : "s", on_gpu ? "cuda (NCCL)" : "cpu (MPI)",
-        std::string(name_of(config.precision)).c_str(),
-        std::string(name_of(reduce_dtype(config.precision, config.communication_data_type)))
-            .c_str(),
-        static_cast<long long>(global_batch), n, static_cast<long long>(accum),
-        static_cast<long long>(micro));
+  return start;
+}
 
-  engine.reset_comm_accounting();
-  double loss = 0, first_loss = 0;
+// The line that says what is about to train (rank 0).
+void print_run_line(const Trainer& t) {
+  const Config& config = t.run.config;
+  const int n = t.n;
+  std::printf(
+      "zero train: %s (%lld params), stage %d, %d rank%s on %s, %s, reduce %s, "
+      "global batch %lld = %d x %lld micro-batches x %lld\n",
+      t.model.describe().c_str(), static_cast<long long>(t.engine.layout().numel),
+      config.zero.stage, n, n == 1 ? "" : "s", t.on_gpu ? "cuda (NCCL)" : "cpu (MPI)",
+      std::string(name_of(config.precision)).c_str(),
+      std::string(name_of(reduce_dtype(config.precision, config.communication_data_type)))
+          .c_str(),
+      static_cast<long long>(t.run.shape.global_batch), n, static_cast<long long>(t.run.accum),
+      static_cast<long long>(t.run.micro));
+}
+
+// What the training loop leaves for the report.
+struct Trained {
+  double loss = 0, first_loss = 0, seconds = 0;
   std::int64_t skipped = 0;
+  std::vector<double> save_stalls;
+  Throughput throughput;
+};
+
+// The step line (rank 0, every --log-every steps and the last).
+void print_step(const Trainer& t, std::int64_t s, const StepReport& rep, double loss,
+                double step_seconds, double tokens_per_step, double peak_flops) {
+  const TrainModel& model = t.model;
+  std::printf(
+      "step %4lld  loss %.6f  grad-norm %.4f  lr %.3g%s%s%s\n", static_cast<long long>(s + 1),
+      loss, rep.grad_norm, rep.lr,
+      model.tokens_per_sample() > 1
+          ? cat("  ", static_cast<long long>(tokens_per_step / step_seconds), " tok/s",
+                peak_flops > 0 ? percent("  MFU ", tokens_per_step / step_seconds *
+                                                       model.flops_per_token() / peak_flops)
+                               : std::string(),
+                "  ", std::llround(1e3 * step_seconds), " ms")
+                .c_str()
+          : "",
+      t.run.config.precision == Precision::fp16
+          ? ("  scale " + std::to_string(static_cast<long long>(rep.loss_scale))).c_str()
+          : "",
+      rep.skipped ? "  (skipped)" : "");
+}
+
+// The steps from t.start to --steps: micro-batches, the engine's step, the step line, the
+// progress bar, the checkpoints; then the throughput against the ranks' peak.
+Trained train_loop(Trainer& t) {
+  const std::int64_t steps = t.run.steps, log_every = t.run.log_every, accum = t.run.accum;
+  const std::int64_t global_batch = t.run.shape.global_batch;
+  TrainModel& model = t.model;
+  Engine& engine = t.engine;
+  const int rank = t.rank, n = t.n;
+  Trained out;
   // MFU (the GPT on the CPU) against the measured fp32 FMA peak of the cores the ranks run on
   // (one core a rank, at most the node's): the bound a CPU GEMM reaches, bf16 or not, on a CPU
   // without bf16 FMA units (docs/gpt.md). Measured by the launcher before the ranks started; in
   // a job started by mpirun or srun, here, by rank 0, while the others may be starting up.
-  double peak_flops = 0;
-  std::string peak_source;
-  if (model->flops_per_token() > 0 && rank == 0) {
-    const Peak peak = ranks_peak(on_gpu, n);
-    peak_flops = peak.flops;
-    peak_source = peak.source;
-  }
-  StepClock clock(*model, engine, run_steps);
-  const double tokens_per_step = static_cast<double>(global_batch * model->tokens_per_sample());
+  Peak peak;
+  if (model.flops_per_token() > 0 && rank == 0) peak = ranks_peak(t.on_gpu, n, t.local_rank);
+  const double peak_flops = peak.flops;
+  StepClock clock(model, engine, t.run_steps());
+  const double tokens_per_step = static_cast<double>(global_batch * model.tokens_per_sample());
   const auto t0 = std::chrono::steady_clock::now();
   // On a terminal a progress bar with the ETA sits under the step lines; plain lines otherwise.
   const char* tty = std::getenv("ZERO_STDOUT_TTY");
   const bool bar = rank == 0 && (tty ? std::string_view(tty) == "1" : isatty(STDOUT_FILENO) == 1);
-  for (std::int64_t s = start; s < steps; ++s) {
+  for (std::int64_t s = t.start; s < steps; ++s) {
     double local = 0;
-    for (std::int64_t k = 0; k < accum; ++k) local += model->micro_batch(engine, s, k, rank, n);
+    for (std::int64_t k = 0; k < accum; ++k) local += model.micro_batch(engine, s, k, rank, n);
     // The loss rides with the step's own agreement: no all-reduce of it after the step.
     StepReport rep = engine.step(local / static_cast<double>(accum));
-    skipped += rep.skipped;
-    loss = *rep.loss;
-    const double step_seconds = clock.step_done(s - start, loss, rep.grad_norm);
-    if (s == start) first_loss = loss;
+    out.skipped += rep.skipped;
+    out.loss = *rep.loss;
+    const double step_seconds = clock.step_done(s - t.start, out.loss, rep.grad_norm);
+    if (s == t.start) out.first_loss = out.loss;
     if (bar) std::printf("\r\033[K");
     if (rank == 0 && (s % log_every == 0 || s + 1 == steps))
-      std::printf(
-          "step %4lld  loss %.6f  grad-norm %.4f  lr %.3g%s%s%s\n", static_cast<long long>(s + 1),
-          loss, rep.grad_norm, rep.lr,
-          model->tokens_per_sample() > 1
-              ? cat("  ", static_cast<long long>(tokens_per_step / step_seconds), " tok/s",
-                    peak_flops > 0 ? percent("  MFU ", tokens_per_step / step_seconds *
-                                                           model->flops_per_token() / peak_flops)
-                                   : std::string(),
-                    "  ", std::llround(1e3 * step_seconds), " ms")
-                    .c_str()
-              : "",
-          config.precision == Precision::fp16
-              ? ("  scale " + std::to_string(static_cast<long long>(rep.loss_scale))).c_str()
-              : "",
-          rep.skipped ? "  (skipped)" : "");
+      print_step(t, s, rep, out.loss, step_seconds, tokens_per_step, peak_flops);
     if (bar && s + 1 < steps) {
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::printf("%s", progress_line(s + 1, steps, elapsed, loss).c_str());
+      std::printf("%s", progress_line(s + 1, steps, elapsed, out.loss).c_str());
       std::fflush(stdout);
     }
-    if (checkpointer &&
-        ((f.ckpt.save_every > 0 && (s + 1) % f.ckpt.save_every == 0) || s + 1 == steps)) {
+    if (t.checkpointer &&
+        ((t.f.ckpt.save_every > 0 && (s + 1) % t.f.ckpt.save_every == 0) || s + 1 == steps)) {
       const auto at = std::chrono::steady_clock::now();
-      trainer_state.next_step = s + 1;
-      checkpointer->save(to_json(trainer_state), s + 1);
-      save_stalls.push_back(
+      t.state.next_step = s + 1;
+      t.checkpointer->save(to_json(t.state), s + 1);
+      out.save_stalls.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - at).count());
     }
   }
-  if (checkpointer) checkpointer->wait();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const comm::Accounting acct = engine.comm_accounting();
-  const Engine::GroupAccounting by_group = engine.comm_accounting_by_group();
-  // Payload bytes per step of every op of one group: what hierarchical sharding and hpZ move
-  // inside their groups and across them.
-  auto group_bytes = [&](const comm::Accounting& a) {
-    std::uint64_t b = 0;
-    for (const comm::OpStats& o : a.ops) b += o.payload_bytes;
-    return b / static_cast<std::uint64_t>(run_steps);
-  };
-  const bool grouped =
-      engine.settings_shard_size() < n || by_group.secondary[comm::Op::all_gather].calls > 0;
-  Throughput throughput = clock.result(global_batch, model->tokens_per_sample());
+  if (t.checkpointer) t.checkpointer->wait();
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.throughput = clock.result(global_batch, model.tokens_per_sample());
   if (rank == 0 && peak_flops > 0) {
-    throughput.flops_per_token = model->flops_per_token();
-    throughput.peak_flops = peak_flops;
-    throughput.peak_source = peak_source;
+    out.throughput.flops_per_token = model.flops_per_token();
+    out.throughput.peak_flops = peak_flops;
+    out.throughput.peak_source = peak.source;
   }
+  return out;
+}
+
+// A memory category, as the planner predicted it for this run and as the ledger measured it.
+struct Row {
+  const char* name;
+  std::int64_t planned, measured;
+};
+
+double diff_pct(std::int64_t planned, std::int64_t measured) {
+  return measured == 0 ? (planned == 0 ? 0.0 : 100.0)
+                       : 100.0 * double(planned - measured) / double(measured);
+}
+
+constexpr const char* kMemoryKeys[] = {"master",  "optimizer", "grads",
+                                       "params",  "buffers",   "peak_total"};
+
+// What the engine measured after the loop, and what the planner predicted.
+struct Measured {
+  comm::Accounting acct;
+  Engine::GroupAccounting by_group;
+  bool grouped = false;  // hierarchical sharding or hpZ: traffic by group is reported
+  MemoryReport mem;
+  std::uint64_t checksum = 0;
+  std::vector<std::int64_t> all;  // every rank's memory, 6 kMemoryKeys a rank
+  std::vector<Row> rows;          // planned vs measured, rank 0's
+};
+
+// Payload bytes per step of every op of one group: what hierarchical sharding and hpZ move
+// inside their groups and across them.
+std::uint64_t group_bytes(const comm::Accounting& a, std::int64_t run_steps) {
+  std::uint64_t b = 0;
+  for (const comm::OpStats& o : a.ops) b += o.payload_bytes;
+  return b / static_cast<std::uint64_t>(run_steps);
+}
+
+Measured measure(const Trainer& t, World& world) {
+  Engine& engine = t.engine;
+  Measured m;
+  m.acct = engine.comm_accounting();
+  m.by_group = engine.comm_accounting_by_group();
+  m.grouped = engine.settings_shard_size() < t.n ||
+              m.by_group.secondary[comm::Op::all_gather].calls > 0;
   // Memory of every rank, gathered to all (each rank's ledger is its own); read before the
   // checksum, whose gathers are inspection, not training.
-  const MemoryReport mem = engine.memory();
-  const std::uint64_t checksum = engine.master_checksum();
-  std::int64_t mine[6] = {mem.master, mem.optimizer, mem.grads,
-                          mem.params, mem.buffers,   mem.peak_total};
-  std::vector<std::int64_t> all(6 * static_cast<std::size_t>(n));
-  MPI_Allgather(mine, 6, MPI_INT64_T, all.data(), 6, MPI_INT64_T, MPI_COMM_WORLD);
-
+  m.mem = engine.memory();
+  m.checksum = engine.master_checksum();
+  const MemoryReport& mem = m.mem;
+  const std::int64_t mine[6] = {mem.master, mem.optimizer, mem.grads,
+                                mem.params, mem.buffers,   mem.peak_total};
+  m.all = world.all_gather(mine);
   // What the planner predicted for this very run, beside what the ledger measured (rank 0's).
-  const Plan plan = plan_memory(plan_input_of(config, n, *model, on_gpu));
-  struct Row {
-    const char* name;
-    std::int64_t planned, measured;
-  };
-  const Row rows[] = {
+  const Plan plan = plan_memory(plan_input_of(t.run.config, t.n, t.model, t.on_gpu));
+  m.rows = {
       {"params", plan.device.params, mem.params},
       {"grads", plan.device.grads, mem.grads},
       {"master", plan.device.master, mem.master},
@@ -277,118 +305,184 @@ int cmd_train(const Args& argv) {
       {"activations", plan.device.activations, mem.activations},
       {"peak total", plan.peak_total, mem.peak_total},
   };
-  auto diff_pct = [](std::int64_t planned, std::int64_t measured) {
-    return measured == 0 ? (planned == 0 ? 0.0 : 100.0)
-                         : 100.0 * double(planned - measured) / double(measured);
+  return m;
+}
+
+// The summary, the memory per rank, planned vs measured, the traffic and the throughput
+// (rank 0).
+void print_summary(const Trainer& t, const Trained& r, const Measured& m) {
+  const std::int64_t run_steps = t.run_steps(), start = t.start, steps = t.run.steps;
+  const int n = t.n;
+  const std::vector<std::int64_t>& all = m.all;
+  const char* const* keys = kMemoryKeys;
+  std::printf(
+      "\nsummary: loss %.6f -> %.6f in %lld steps%s (%lld skipped), %.3f s/step, checksum %s\n",
+      r.first_loss, r.loss, static_cast<long long>(run_steps),
+      start > 0 ? cat(" (", start + 1, "..", steps, ")").c_str() : "",
+      static_cast<long long>(r.skipped), r.seconds / run_steps, hex16(m.checksum).c_str());
+  if (t.checkpointer) print_saves(t.checkpointer->completed(), r.save_stalls, human_bytes);
+  std::printf("\nmemory per rank      %12s %12s %12s %12s %12s %12s\n", keys[0], keys[1], keys[2],
+              keys[3], keys[4], "peak total");
+  for (int rk = 0; rk < n; ++rk) {
+    std::printf("  rank %-14d", rk);
+    for (int k = 0; k < 6; ++k) std::printf(" %12s", human_bytes(double(all[6 * rk + k])).c_str());
+    std::printf("\n");
+  }
+  const double psi = static_cast<double>(t.engine.layout().numel);
+  std::printf(
+      "  (model states = params + grads + master + optimizer = %.2f bytes/param on rank 0)\n",
+      double(all[0] + all[1] + all[2] + all[3]) / psi);
+  std::printf("\nplanned vs measured (rank 0; `zero plan` predicts this before a run)\n");
+  std::printf("  %-14s %12s %12s %9s\n", "category", "planned", "measured", "diff");
+  for (const Row& row : m.rows)
+    std::printf("  %-14s %12s %12s %8.2f%%\n", row.name, human_bytes(double(row.planned)).c_str(),
+                human_bytes(double(row.measured)).c_str(), diff_pct(row.planned, row.measured));
+  const comm::Accounting& acct = m.acct;
+  std::printf(
+      "\ntraffic per step per rank (payload)   all_reduce %s   reduce_scatter %s   all_gather "
+      "%s\n",
+      human_bytes(double(acct[comm::Op::all_reduce].payload_bytes) / run_steps).c_str(),
+      human_bytes(double(acct[comm::Op::reduce_scatter].payload_bytes) / run_steps).c_str(),
+      human_bytes(double(acct[comm::Op::all_gather].payload_bytes) / run_steps).c_str());
+  if (m.grouped)
+    std::printf(
+        "by group, per step per rank (payload): inside the shard group %s, across "
+        "shard groups %s, inside the hpZ group %s, over all ranks %s\n",
+        human_bytes(double(group_bytes(m.by_group.shard, run_steps))).c_str(),
+        human_bytes(double(group_bytes(m.by_group.replicate, run_steps))).c_str(),
+        human_bytes(double(group_bytes(m.by_group.secondary, run_steps))).c_str(),
+        human_bytes(double(group_bytes(m.by_group.world, run_steps))).c_str());
+  print_throughput(r.throughput, human_bytes);
+}
+
+// --plot: the loss against the step, as SVG (rank 0).
+void write_plot(const Trainer& t, const Trained& r) {
+  std::ofstream out(t.f.plot_file);
+  out << loss_svg(r.throughput.history,
+                  cat("zero train: ", t.model.describe(), ", stage ", t.run.config.zero.stage,
+                      ", ", t.n, t.n == 1 ? " rank" : " ranks"));
+  if (!out) throw Error(cat("--plot: cannot write ", t.f.plot_file));
+}
+
+// --json: the summary as one JSON object (rank 0).
+void write_json(const Trainer& t, const Trained& r, const Measured& m,
+                const std::optional<Resumed>& resumed) {
+  const std::int64_t run_steps = t.run_steps();
+  const int n = t.n;
+  const Config& config = t.run.config;
+  const Layout& layout = t.engine.layout();
+  boost::json::array memory;
+  for (int rk = 0; rk < n; ++rk) {
+    boost::json::object o;
+    for (int k = 0; k < 6; ++k) o[kMemoryKeys[k]] = m.all[6 * rk + k];
+    memory.push_back(o);
+  }
+  // Per step; the final checksum's gathers come after `acct` was read.
+  auto per_step = [&](comm::Op op) {
+    return m.acct[op].payload_bytes / static_cast<std::uint64_t>(run_steps);
   };
+  auto wire = [&](comm::Op op) {
+    return m.acct[op].wire_bytes / static_cast<std::uint64_t>(run_steps);
+  };
+  boost::json::object j{
+      {"model", t.model.kind()},
+      {"stage", config.zero.stage},
+      {"ranks", n},
+      {"steps", run_steps},
+      {"first_step", t.start + 1},
+      {"precision", std::string(name_of(config.precision))},
+      {"device", t.on_gpu ? "cuda" : "cpu"},
+      {"params", layout.numel},
+      {"padded_params", layout.padded_numel},
+      {"first_loss", r.first_loss},
+      {"final_loss", r.loss},
+      {"params_checksum", hex16(m.checksum)},
+      {"skipped_steps", r.skipped},
+      {"seconds_per_step", r.seconds / run_steps},
+      {"memory_bytes", memory},
+      {"memory_planned_vs_measured",
+       [&] {
+         boost::json::object o;
+         for (const Row& row : m.rows)
+           o[row.name] = {{"planned", row.planned},
+                          {"measured", row.measured},
+                          {"diff_percent", diff_pct(row.planned, row.measured)}};
+         return o;
+       }()},
+      {"comm_bytes",
+       {{"all_reduce", per_step(comm::Op::all_reduce)},
+        {"reduce_scatter", per_step(comm::Op::reduce_scatter)},
+        {"all_gather", per_step(comm::Op::all_gather)}}},
+      {"comm_wire_bytes",
+       {{"all_reduce", wire(comm::Op::all_reduce)},
+        {"reduce_scatter", wire(comm::Op::reduce_scatter)},
+        {"all_gather", wire(comm::Op::all_gather)}}},
+  };
+  j["comm_bytes_by_group"] = {{"shard", group_bytes(m.by_group.shard, run_steps)},
+                              {"replicate", group_bytes(m.by_group.replicate, run_steps)},
+                              {"secondary", group_bytes(m.by_group.secondary, run_steps)},
+                              {"world", group_bytes(m.by_group.world, run_steps)}};
+  add_throughput_json(j, r.throughput);
+  if (resumed) j["resumed_from"] = resumed->path;
+  if (t.checkpointer) j["checkpoints"] = saves_json(t.checkpointer->completed(), r.save_stalls);
+  std::ofstream out(t.f.json_file);
+  if (!out) throw Error(cat("cannot write ", t.f.json_file));
+  out << boost::json::serialize(j) << '\n';
+}
 
-  const char* keys[] = {"master", "optimizer", "grads", "params", "buffers", "peak_total"};
-  if (rank == 0) {
-    std::printf(
-        "\nsummary: loss %.6f -> %.6f in %lld steps%s (%lld skipped), %.3f s/step, checksum %s\n",
-        first_loss, loss, static_cast<long long>(run_steps),
-        start > 0 ? cat(" (", start + 1, "..", steps, ")").c_str() : "",
-        static_cast<long long>(skipped), seconds / run_steps, hex16(checksum).c_str());
-    if (checkpointer) print_saves(checkpointer->completed(), save_stalls, human_bytes);
-    std::printf("\nmemory per rank      %12s %12s %12s %12s %12s %12s\n", keys[0], keys[1], keys[2],
-                keys[3], keys[4], "peak total");
-    for (int r = 0; r < n; ++r) {
-      std::printf("  rank %-14d", r);
-      for (int k = 0; k < 6; ++k) std::printf(" %12s", human_bytes(double(all[6 * r + k])).c_str());
-      std::printf("\n");
-    }
-    const double psi = static_cast<double>(layout.numel);
-    std::printf(
-        "  (model states = params + grads + master + optimizer = %.2f bytes/param on rank 0)\n",
-        double(all[0] + all[1] + all[2] + all[3]) / psi);
-    std::printf("\nplanned vs measured (rank 0; `zero plan` predicts this before a run)\n");
-    std::printf("  %-14s %12s %12s %9s\n", "category", "planned", "measured", "diff");
-    for (const Row& row : rows)
-      std::printf("  %-14s %12s %12s %8.2f%%\n", row.name, human_bytes(double(row.planned)).c_str(),
-                  human_bytes(double(row.measured)).c_str(), diff_pct(row.planned, row.measured));
-    std::printf(
-        "\ntraffic per step per rank (payload)   all_reduce %s   reduce_scatter %s   all_gather "
-        "%s\n",
-        human_bytes(double(acct[comm::Op::all_reduce].payload_bytes) / run_steps).c_str(),
-        human_bytes(double(acct[comm::Op::reduce_scatter].payload_bytes) / run_steps).c_str(),
-        human_bytes(double(acct[comm::Op::all_gather].payload_bytes) / run_steps).c_str());
-    if (grouped)
-      std::printf(
-          "by group, per step per rank (payload): inside the shard group %s, across "
-          "shard groups %s, inside the hpZ group %s, over all ranks %s\n",
-          human_bytes(double(group_bytes(by_group.shard))).c_str(),
-          human_bytes(double(group_bytes(by_group.replicate))).c_str(),
-          human_bytes(double(group_bytes(by_group.secondary))).c_str(),
-          human_bytes(double(group_bytes(by_group.world))).c_str());
-    print_throughput(throughput, human_bytes);
-  }
+}  // namespace
 
-  if (rank == 0 && !f.plot_file.empty()) {
-    std::ofstream out(f.plot_file);
-    out << loss_svg(throughput.history,
-                    cat("zero train: ", model->describe(), ", stage ", config.zero.stage, ", ", n,
-                        n == 1 ? " rank" : " ranks"));
-    if (!out) throw Error(cat("--plot: cannot write ", f.plot_file));
-  }
-  if (rank == 0 && !f.json_file.empty()) {
-    boost::json::array memory;
-    for (int r = 0; r < n; ++r) {
-      boost::json::object o;
-      for (int k = 0; k < 6; ++k) o[keys[k]] = all[6 * r + k];
-      memory.push_back(o);
-    }
-    // Per step; the final checksum's gathers come after `acct` was read.
-    auto per_step = [&](comm::Op op) {
-      return acct[op].payload_bytes / static_cast<std::uint64_t>(run_steps);
-    };
-    auto wire = [&](comm::Op op) {
-      return acct[op].wire_bytes / static_cast<std::uint64_t>(run_steps);
-    };
-    boost::json::object j{
-        {"model", model->kind()},
-        {"stage", config.zero.stage},
-        {"ranks", n},
-        {"steps", run_steps},
-        {"first_step", start + 1},
-        {"precision", std::string(name_of(config.precision))},
-        {"device", on_gpu ? "cuda" : "cpu"},
-        {"params", layout.numel},
-        {"padded_params", layout.padded_numel},
-        {"first_loss", first_loss},
-        {"final_loss", loss},
-        {"params_checksum", hex16(checksum)},
-        {"skipped_steps", skipped},
-        {"seconds_per_step", seconds / run_steps},
-        {"memory_bytes", memory},
-        {"memory_planned_vs_measured",
-         [&] {
-           boost::json::object o;
-           for (const Row& row : rows)
-             o[row.name] = {{"planned", row.planned},
-                            {"measured", row.measured},
-                            {"diff_percent", diff_pct(row.planned, row.measured)}};
-           return o;
-         }()},
-        {"comm_bytes",
-         {{"all_reduce", per_step(comm::Op::all_reduce)},
-          {"reduce_scatter", per_step(comm::Op::reduce_scatter)},
-          {"all_gather", per_step(comm::Op::all_gather)}}},
-        {"comm_wire_bytes",
-         {{"all_reduce", wire(comm::Op::all_reduce)},
-          {"reduce_scatter", wire(comm::Op::reduce_scatter)},
-          {"all_gather", wire(comm::Op::all_gather)}}},
-    };
-    j["comm_bytes_by_group"] = {{"shard", group_bytes(by_group.shard)},
-                                {"replicate", group_bytes(by_group.replicate)},
-                                {"secondary", group_bytes(by_group.secondary)},
-                                {"world", group_bytes(by_group.world)}};
-    add_throughput_json(j, throughput);
-    if (resumed) j["resumed_from"] = resumed->path;
-    if (checkpointer) j["checkpoints"] = saves_json(checkpointer->completed(), save_stalls);
-    std::ofstream out(f.json_file);
-    if (!out) throw Error(cat("cannot write ", f.json_file));
-    out << boost::json::serialize(j) << '\n';
-  }
+int cmd_train(const Args& argv) {
+  Flags f;
+  boost::program_options::variables_map vm;
+  if (!parse_train_flags(argv, f, vm)) return 0;
+  const int asked = vm.count("ranks") ? f.ranks : in_mpi_job() ? 0 : 1;
+  const double timeout = before_launch(f, vm, asked);
+  if (asked > 0) ensure_ranks(asked, argv);
+
+  // A rank that never joins ends MPI startup after the same timeout as a collective.
+  World world({.startup_timeout_seconds = timeout, .error_prefix = "zero train: error: "});
+  const int n = world.size();
+  check_job_size(n, "train");
+  const bool on_gpu = use_gpu(world, f.device);
+  Run run = resolve_run(f, vm, n);
+  const std::optional<Resumed> resumed =
+      check_checkpoint_flags(f.ckpt, units_of(run), f.model, run.steps);
+  // The data order continues the saved run's: its seed, unless --seed says otherwise.
+  if (resumed && !vm.count("seed")) run.shape.seed = resumed->trainer.seed;
+  check_host_memory(run, n, on_gpu ? 1 : world.local_size(), on_gpu);
+  const int local_rank = world.local_rank();  // every rank asks: collective the first time
+  comm::Options co;
+  co.timeout_seconds = run.timeout;
+  const comm::Memory where = on_gpu ? comm::Memory::device : comm::Memory::host;
+  comm::Communicator& communicator = world.connect(where, co);
+  const int rank = communicator.rank();
+  if (rank == 0) warn_at_start(run.config, on_gpu, n);
+
+  std::unique_ptr<TrainModel> model = build_model(f, run, n, rank, where);
+  EngineOptions eo;
+  eo.memory = where;
+  Engine engine(run.config, communicator, model->units(), eo);
+  TrainerState trainer_state{model->kind(),
+                             0,
+                             run.shape.seed,
+                             run.shape.global_batch,
+                             run.gpt ? f.data : std::string(),
+                             run.gpt ? models::TokenFile(f.data).size() : 0};
+  const std::int64_t start = start_weights(f, resumed, engine, *model, trainer_state, rank);
+  std::optional<Checkpointer> checkpointer;
+  if (!f.ckpt.save.empty())
+    checkpointer.emplace(engine, f.ckpt.save,
+                         CheckpointOptions{.keep = f.ckpt.keep, .background = !f.ckpt.sync});
+  Trainer t{f, run, n, rank, local_rank, on_gpu, *model, engine, trainer_state, checkpointer, start};
+  if (rank == 0) print_run_line(t);
+
+  engine.reset_comm_accounting();
+  const Trained trained = train_loop(t);
+  const Measured measured = measure(t, world);
+  if (rank == 0) print_summary(t, trained, measured);
+  if (rank == 0 && !f.plot_file.empty()) write_plot(t, trained);
+  if (rank == 0 && !f.json_file.empty()) write_json(t, trained, measured, resumed);
   return 0;
 }
 

@@ -13,8 +13,8 @@
 #include <thread>
 #include <utility>
 
-#include "comm/mpi_runtime.hpp"
 #include "base/error.hpp"
+#include "zero/world.hpp"
 
 namespace zero::cli {
 namespace {
@@ -72,7 +72,7 @@ std::string find_in_path(const std::string& program) {
 }  // namespace
 
 bool in_mpi_job() {
-  return comm::in_mpi_job();
+  return World::launched();
 }
 
 void check_job_size(int world_size, std::string_view command) {

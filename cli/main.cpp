@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "cli/commands.hpp"
-#include "comm/abort.hpp"
-#include "kernels/cpu/blas_core.hpp"
 #include "base/error.hpp"
+#include "zero/build_info.hpp"
+#include "zero/world.hpp"
 #include "zero/json_reader.hpp"
 
 namespace {
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   // Before any BLAS call and before relaunching under mpirun (whose ranks inherit the
   // environment): when OpenBLAS picked weaker kernels than this CPU has, exec again with
   // OPENBLAS_CORETYPE set (docs/blas.md; ZERO_NO_BLAS_FIX=1 turns it off).
-  zero::kernels::cpu::fix_blas_coretype(argc, argv);
+  zero::fix_blas_coretype(argc, argv);
   zero::cli::Args args(argv, argv + argc);
   if (args.size() < 2 || args[1] == "-h" || args[1] == "--help") {
     usage(args.size() < 2 ? std::cerr : std::cout);

@@ -14,9 +14,6 @@
 #include "cli/fill_auto.hpp"
 #include "cli/launch.hpp"
 #include "cli/options.hpp"
-#include "comm/nccl_communicator.hpp"
-#include "kernels/cpu/peak.hpp"
-#include "kernels/cuda/device.hpp"
 #include "models/tokens.hpp"
 #include "zero_build_config.hpp"
 
@@ -84,17 +81,15 @@ std::optional<std::int64_t> available_host_memory() {
 
 // --device auto: the GPU path when this build has it and every rank on every node has a GPU of
 // its own (NCCL refuses two ranks on one device); all ranks decide together.
-bool use_gpu(const std::string& device) {
+bool use_gpu(World& world, const std::string& device) {
   if (device == "cpu") return false;
-  const int local = comm::node_local_rank();
-  int ok = comm::nccl_available() && local < kernels::cuda::device_count() ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  const bool ok = world.every_rank_has_gpu();
   if (device == "cuda" && !ok)
     throw Error(ZERO_HAVE_CUDA
                     ? "--device cuda: some rank has no GPU of its own (one GPU per rank; "
                       "run fewer ranks per node or use --device cpu)"
                     : "--device cuda: this build has no CUDA (configure with -Dcuda=enabled)");
-  return ok == 1;
+  return ok;
 }
 
 void add_train_options(boost::program_options::options_description& opts, Flags& f) {
@@ -165,8 +160,10 @@ void add_train_options(boost::program_options::options_description& opts, Flags&
   // clang-format on
 }
 
-// The flags alone, before any file is read.
-void check_flags(const Flags& f, const boost::program_options::variables_map& vm) {
+namespace {
+
+// --model and the flags that belong to one model only.
+void check_model_flags(const Flags& f, const boost::program_options::variables_map& vm) {
   if (f.model != "mlp" && f.model != "gpt")
     throw Error(cat("--model: expected mlp or gpt, got '", f.model, "'"));
   if (f.model == "gpt") {
@@ -185,6 +182,30 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
       if (vm.count(gpt_only)) throw Error(cat("--", gpt_only, " is for --model gpt"));
     if (!vm["preset"].defaulted()) throw Error("--preset is for --model gpt");
   }
+}
+
+// The file and folder flags: none may be empty; --init and --resume exclude each other.
+void check_file_flags(const Flags& f, const boost::program_options::variables_map& vm) {
+  if (vm.count("config") && f.config_file.empty()) throw Error("--config: the file name is empty");
+  if (vm.count("json") && f.json_file.empty()) throw Error("--json: the file name is empty");
+  if (vm.count("plot") && f.plot_file.empty()) throw Error("--plot: the file name is empty");
+  if (vm.count("save") && f.ckpt.save.empty()) throw Error("--save: the folder name is empty");
+  if (vm.count("resume") && f.ckpt.resume.empty())
+    throw Error("--resume: the folder name is empty");
+  if (vm.count("save-every")) require_at_least("--save-every", f.ckpt.save_every, 1);
+  if (vm.count("init") && f.init.empty()) throw Error("--init: the file name is empty");
+  if (vm.count("init") && vm.count("resume"))
+    throw Error(
+        "--init and --resume both give the starting weights: use one (--resume also "
+        "restores Adam's moments and the step)");
+  if (vm.count("keep")) require_at_least("--keep", f.ckpt.keep, 1);
+}
+
+}  // namespace
+
+// The flags alone, before any file is read.
+void check_flags(const Flags& f, const boost::program_options::variables_map& vm) {
+  check_model_flags(f, vm);
   if (f.device != "auto" && f.device != "cpu" && f.device != "cuda")
     throw Error(cat("--device: expected cpu, cuda or auto, got '", f.device, "'"));
   if (vm.count("ranks")) require_at_least("--ranks", f.ranks, 1);
@@ -195,7 +216,7 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
   require_at_least("--layers", f.layers, 1);
   require_at_least("--width", f.width, 1);
   // One unit per layer: the engine's per-unit bookkeeping is sized for models of thousands.
-  if (f.layers > 10'000) throw Error(cat("--layers must be at most 10000, got ", f.layers));
+  if (f.layers > 10000) throw Error(cat("--layers must be at most 10000, got ", f.layers));
   if (vm.count("global-batch")) require_at_least("--global-batch", f.global_batch, 1);
   if (vm.count("micro-batch")) require_at_least("--micro-batch", f.micro_batch, 1);
   if (vm.count("accum")) require_at_least("--accum", f.accum, 1);
@@ -216,19 +237,7 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
     throw Error(cat("--timeout must be a number of seconds in (0, ", kMaxCommTimeoutSeconds,
                     "], got ", f.timeout));
   if (vm.count("seed")) parse_seed(f.seed);
-  if (vm.count("config") && f.config_file.empty()) throw Error("--config: the file name is empty");
-  if (vm.count("json") && f.json_file.empty()) throw Error("--json: the file name is empty");
-  if (vm.count("plot") && f.plot_file.empty()) throw Error("--plot: the file name is empty");
-  if (vm.count("save") && f.ckpt.save.empty()) throw Error("--save: the folder name is empty");
-  if (vm.count("resume") && f.ckpt.resume.empty())
-    throw Error("--resume: the folder name is empty");
-  if (vm.count("save-every")) require_at_least("--save-every", f.ckpt.save_every, 1);
-  if (vm.count("init") && f.init.empty()) throw Error("--init: the file name is empty");
-  if (vm.count("init") && vm.count("resume"))
-    throw Error(
-        "--init and --resume both give the starting weights: use one (--resume also "
-        "restores Adam's moments and the step)");
-  if (vm.count("keep")) require_at_least("--keep", f.ckpt.keep, 1);
+  check_file_flags(f, vm);
 }
 
 // The model's units as the engine will register them, before any model or data is loaded.
@@ -393,35 +402,32 @@ double before_launch(const Flags& f, const boost::program_options::variables_map
   // The GPT's MFU is against the cores' FMA peak, measured here while no rank runs (ranks
   // sharing cores would measure each other) and handed to the ranks.
   if (f.model == "gpt" && asked > 1 && !in_mpi_job() && !std::getenv("ZERO_FMA_PEAK")) {
-    const kernels::cpu::FmaPeak peak = kernels::cpu::measure_fma_peak(0.05, 4);
+    const CorePeak peak = measure_core_peak(0.05, 4);
     ::setenv("ZERO_FMA_PEAK", cat(peak.flops, " ", peak.kernel).c_str(), 1);
   }
   return timeout;
 }
 
-Peak ranks_peak(bool on_gpu, int n) {
+Peak ranks_peak(bool on_gpu, int n, int local_rank) {
   Peak out;
   if (on_gpu) {
-    // On GPUs: each rank's device's dense bf16 tensor-core peak (kernels/cuda/device.hpp), as
+    // On GPUs: each rank's device's dense bf16 tensor-core peak (zero/build_info.hpp), as
     // llm.c counts it, whatever the compute dtype.
-    const auto devices = kernels::cuda::describe_devices();
-    const int local = comm::node_local_rank();
-    if (local < static_cast<int>(devices.size())) {
-      const auto& d = devices[static_cast<std::size_t>(local)];
-      const auto p = kernels::cuda::bf16_peak(d.name, d.compute_capability);
+    const std::vector<GpuInfo> devices = find_gpus();
+    if (local_rank < static_cast<int>(devices.size())) {
+      const GpuInfo& d = devices[static_cast<std::size_t>(local_rank)];
+      const GpuPeak p = gpu_bf16_peak(d);
       out.flops = p.tflops * 1e12 * n;
       out.source = cat(d.name, " bf16 peak x ", n, " (", p.source, ")");
     }
   } else {
-    kernels::cpu::FmaPeak peak;
-    std::string kernel;
+    CorePeak peak;
     if (const char* given = std::getenv("ZERO_FMA_PEAK")) {
       std::istringstream in(given);
       in >> peak.flops;
-      std::getline(in >> std::ws, kernel);
-      peak.kernel = kernel;
+      std::getline(in >> std::ws, peak.kernel);
     } else {
-      peak = kernels::cpu::measure_fma_peak(0.05, 4);
+      peak = measure_core_peak(0.05, 4);
     }
     const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
     const long used = std::min<long>(cores, n);

@@ -63,7 +63,7 @@ void check_host_memory(const Run& run, int world, int ranks_here, bool on_gpu);
 
 // --device auto: the GPU path when this build has it and every rank on every node has a GPU of
 // its own (NCCL refuses two ranks on one device); all ranks decide together (a collective).
-bool use_gpu(const std::string& device);
+bool use_gpu(World& world, const std::string& device);
 
 // Everything that can be checked without MPI, before a relaunch starts any rank (a bad flag,
 // token file, checkpoint or memory need is then said once, by this process); and the FMA peak
@@ -76,13 +76,14 @@ double before_launch(const Flags& f, const boost::program_options::variables_map
                      bool steps_from_start = true);
 
 // What MFU is measured against (rank 0 calls it): on GPUs each rank's device's dense bf16
-// tensor-core peak (kernels/cuda/device.hpp), as llm.c counts it, whatever the compute dtype; on
-// the CPU the measured fp32 FMA peak of the cores the ranks run on (one core a rank, at most the
-// node's), from ZERO_FMA_PEAK when the launcher measured it before the ranks started.
+// tensor-core peak (zero/build_info.hpp), as llm.c counts it, whatever the compute dtype, read for
+// the device of `local_rank`; on the CPU the measured fp32 FMA peak of the cores the ranks run on
+// (one core a rank, at most the node's), from ZERO_FMA_PEAK when the launcher measured it before
+// the ranks started.
 struct Peak {
   double flops = 0;    // 0: unknown
   std::string source;  // how it was found, for the report
 };
-Peak ranks_peak(bool on_gpu, int ranks);
+Peak ranks_peak(bool on_gpu, int ranks, int local_rank);
 
 }  // namespace zero::cli

@@ -7,6 +7,9 @@
 #include <sstream>
 
 #include "kernels/cpu/blas_core.hpp"
+#include "kernels/cpu/gemm_bf16.hpp"
+#include "kernels/cpu/peak.hpp"
+#include "kernels/cuda/device.hpp"
 #include "precision/simd.hpp"
 #include "zero_build_config.hpp"
 
@@ -94,16 +97,49 @@ BuildInfo build_info() {
   info.cublaslt_version = dotted(static_cast<int>(cublasLtGetVersion()), 10000, 100, 100);
 #endif
   info.mpi_library = mpi_library();
-  const kernels::cpu::BlasCoreStatus blas = kernels::cpu::blas_core_status();
+  const BlasCore blas = blas_core();
   info.blas = "OpenBLAS (" + blas.running + ")";
   info.blas_library = blas.library;
   info.blas_core = blas.running;
   info.blas_core_best = blas.best;
-  info.blas_core_source = kernels::cpu::name_of(blas.source);
+  info.blas_core_source = blas.source;
   info.blas_warning = blas.warning;
   info.simd_paths = simd_paths(cpu_features());
   find_gpus(info);
   return info;
+}
+
+std::vector<GpuInfo> find_gpus() {
+  std::vector<GpuInfo> out;
+  for (const kernels::cuda::DeviceInfo& d : kernels::cuda::describe_devices())
+    out.push_back(GpuInfo{d.index, d.name, static_cast<std::uint64_t>(d.memory_bytes),
+                          d.compute_capability, d.multiprocessors});
+  return out;
+}
+
+GpuPeak gpu_bf16_peak(const GpuInfo& gpu) {
+  const kernels::cuda::Bf16Peak p = kernels::cuda::bf16_peak(gpu.name, gpu.compute_capability);
+  return {p.tflops, p.source};
+}
+
+CorePeak measure_core_peak(double seconds, int tries) {
+  const kernels::cpu::FmaPeak p = kernels::cpu::measure_fma_peak(seconds, tries);
+  return {std::string(p.kernel), p.flops};
+}
+
+BlasCore blas_core() {
+  const kernels::cpu::BlasCoreStatus s = kernels::cpu::blas_core_status();
+  return {s.library, s.running, s.best, std::string(kernels::cpu::name_of(s.source)), s.warning};
+}
+
+void fix_blas_coretype(int argc, char** argv) {
+  kernels::cpu::fix_blas_coretype(argc, argv);
+}
+
+GemmBf16 gemm_bf16_backend() {
+  const kernels::cpu::GemmBf16Info g = kernels::cpu::gemm_bf16_info();
+  return {g.name, std::string(kernels::cpu::name_of(g.backend)), g.reason, g.onednn_version,
+          g.onednn_impl};
 }
 
 std::string to_text(const BuildInfo& i) {

@@ -1,4 +1,6 @@
-// What this build of zero is and what it finds on the machine it runs on (`zero info`).
+// What this build of zero is and what it finds on the machine it runs on (`zero info`), and the
+// machine facts a trainer reports beside its figures: the peaks MFU is measured against, which
+// BLAS kernels and which BF16 GEMM run.
 #pragma once
 
 #include <cstdint>
@@ -42,5 +44,54 @@ BuildInfo build_info();
 
 std::string to_text(const BuildInfo& info);
 std::string to_json(const BuildInfo& info);
+
+// The GPUs this process sees, as build_info().gpus lists them; empty without a GPU, a driver or
+// CUDA in this build. Never throws.
+std::vector<GpuInfo> find_gpus();
+
+// A GPU's dense bf16 tensor-core peak (no sparsity), from the data sheets by name, else by compute
+// capability; tflops 0 when unknown. What GPU MFU is measured against, as llm.c counts it.
+struct GpuPeak {
+  double tflops = 0;
+  std::string source = "unknown";  // which table row said it
+};
+GpuPeak gpu_bf16_peak(const GpuInfo& gpu);
+
+// The fp32 FMA peak of one CPU core, measured: an FMA loop on the calling thread for about
+// `seconds`, `tries` times, the best kept (another process on the core only ever lowers a
+// reading). What CPU MFU and GEMM efficiency are fractions of.
+struct CorePeak {
+  std::string kernel;  // "avx512 fma", "avx2 fma", or "none" (no FMA: flops 0)
+  double flops = 0;    // fp32 FLOP/s of one core (an FMA counts 2)
+};
+CorePeak measure_core_peak(double seconds, int tries = 1);
+
+// The OpenBLAS kernels this process runs, without the rest of build_info (docs/blas.md).
+struct BlasCore {
+  std::string library;  // e.g. "OpenBLAS 0.3.21"
+  std::string running;  // the core kernels running (openblas_get_corename)
+  std::string best;     // the strongest core this CPU can run
+  std::string source;   // who chose `running`: "detected", "user" or "zero"
+  std::string warning;  // one sentence when `running` is weaker than `best`, else empty
+};
+BlasCore blas_core();
+
+// Call first thing in main, before any BLAS call, thread or MPI: when OpenBLAS runs weaker
+// kernels than this CPU can and neither OPENBLAS_CORETYPE nor ZERO_NO_BLAS_FIX is set, sets
+// OPENBLAS_CORETYPE and execs the program again with the same argv (docs/blas.md). Returns when
+// nothing needs doing, or when the exec failed (then after one line on stderr).
+void fix_blas_coretype(int argc, char** argv);
+
+// The CPU BF16 GEMM this process runs (oneDNN's matmul or fp32 widening + OpenBLAS) and why.
+// Throws zero::Error (one sentence) when ZERO_GEMM_BF16 names no backend, or names onednn where
+// oneDNN has no bf16 matmul.
+struct GemmBf16 {
+  std::string name;            // "oneDNN brg:avx512_core_bf16" or "fp32 widen + OpenBLAS Zen"
+  std::string backend;         // "onednn" or "widen"
+  std::string reason;          // one sentence: why this backend
+  std::string onednn_version;  // e.g. "2.6.3"
+  std::string onednn_impl;     // oneDNN's bf16 matmul implementation here; empty when none
+};
+GemmBf16 gemm_bf16_backend();
 
 }  // namespace zero

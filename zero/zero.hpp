@@ -19,4 +19,5 @@
 #include "zero/safetensors.hpp"
 #include "zero/lr_schedule.hpp"
 #include "zero/time_model.hpp"
+#include "zero/world.hpp"
 #include "base/error.hpp"
