@@ -151,8 +151,7 @@ void print_run_line(const Trainer& t) {
       t.model.describe().c_str(), static_cast<long long>(t.engine.layout().numel),
       config.zero.stage, n, n == 1 ? "" : "s", t.on_gpu ? "cuda (NCCL)" : "cpu (MPI)",
       std::string(name_of(config.precision)).c_str(),
-      std::string(name_of(reduce_dtype(config.precision, config.communication_data_type)))
-          .c_str(),
+      std::string(name_of(t.engine.settings().reduce_dtype)).c_str(),
       static_cast<long long>(t.run.shape.global_batch), n, static_cast<long long>(t.run.accum),
       static_cast<long long>(t.run.micro));
 }

@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "base/error.hpp"
 #include "zero/json_reader.hpp"
+#include "models/gpt_shape.hpp"
 #include "zero/planner.hpp"
 
 namespace zero::cli {
@@ -67,10 +68,10 @@ inline boost::program_options::variables_map parse_options(
 
 // The GPT shape a --preset names (`zero plan`, `zero train --model gpt`); an unknown name is one
 // sentence listing the known ones.
-inline GptShape preset_shape(const std::string& name) {
-  if (auto shape = gpt_preset(name)) return *shape;
+inline models::GptShape preset_shape(const std::string& name) {
+  if (auto shape = models::gpt_preset(name)) return *shape;
   std::string known;
-  for (const auto& n : gpt_preset_names()) known += (known.empty() ? "" : ", ") + n;
+  for (const auto& n : models::gpt_preset_names()) known += (known.empty() ? "" : ", ") + n;
   throw Error(cat("--preset: unknown '", name, "'; known: ", known));
 }
 

@@ -63,7 +63,8 @@ std::string pow2_label(int e) {
 
 std::string plot_svg(PlanInput in, const std::vector<int>& stages,
                      std::optional<std::int64_t> budget) {
-  const int ranks = in.ranks, shard_size = in.shard_size, per_node = in.ranks_per_node;
+  const int ranks = in.ranks, per_node = in.ranks_per_node;
+  const int shard_size = std::max(0, in.config.zero.mics_shard_size);  // 0: all ranks
   // Up to max(64, 4N) in powers of two, in 64 bits (4N overflows an int), at most 2^30.
   int max_ranks = 1;
   while (max_ranks < (1 << 30) && max_ranks < std::max<std::int64_t>(64, 4 * std::int64_t{ranks}))
@@ -80,8 +81,9 @@ std::string plot_svg(PlanInput in, const std::vector<int>& stages,
   for (int s : stages) {
     auto& line = lines.emplace_back();
     for (int r : counts) {
-      in.stage = s, in.ranks = r, in.ranks_per_node = std::min(per_node, r);
-      in.shard_size = *shard_at(shard_size, r);
+      in.config.zero.stage = s, in.ranks = r, in.ranks_per_node = std::min(per_node, r);
+      const int group = *shard_at(shard_size, r);
+      in.config.zero.mics_shard_size = group > 0 ? group : -1;
       std::int64_t peak = 0;
       try {
         peak = plan_memory(in).peak_total;
@@ -115,7 +117,7 @@ std::string plot_svg(PlanInput in, const std::vector<int>& stages,
            cat(in.model_name,
                params_in_name ? "" : cat(" (", human_count(count_params(in.units)), " params)"),
                shard_size > 0 ? cat(", shard groups of ", shard_size) : std::string(), ", ",
-               name_of(in.precision), ", ", optimizer_name(in.optimizer),
+               name_of(in.config.precision), ", ", optimizer_name(in.optimizer),
                ": peak device memory per rank"))
     << "</text>\n<g stroke=\"#e4e4e4\">\n";
   for (int e = e_lo; e <= e_hi; e += step)

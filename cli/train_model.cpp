@@ -35,7 +35,7 @@ class MlpModel final : public TrainModel {
 
 class GptModel final : public TrainModel {
  public:
-  GptModel(const GptShape& shape, models::GptCompute compute, std::string preset,
+  GptModel(const models::GptShape& shape, models::GptCompute compute, std::string preset,
            const std::string& data, std::uint64_t seed, std::int64_t accum, int ranks,
            comm::Memory where)
       : shape_(shape),
@@ -56,7 +56,7 @@ class GptModel final : public TrainModel {
                sampler_.file().size(), " tokens)");
   }
   std::string kind() const override { return "gpt"; }
-  std::vector<UnitSpec> units() const override { return gpt_units(shape_); }
+  std::vector<UnitSpec> units() const override { return models::gpt_units(shape_); }
   void init(int p, std::span<float> out) const override { models::gpt_init(shape_, seed_, p, out); }
   std::int64_t activation_bytes() const override { return trainer_.activation_bytes(); }
   bool tied_head() const override { return true; }
@@ -73,7 +73,7 @@ class GptModel final : public TrainModel {
   double flops_per_token() const override { return models::gpt_flops_per_token(shape_); }
 
  private:
-  GptShape shape_;
+  models::GptShape shape_;
   std::string preset_;
   std::uint64_t seed_;
   models::BatchSplit split_;
@@ -100,7 +100,7 @@ std::unique_ptr<TrainModel> make_mlp_model(const models::MlpShape& shape, std::i
   return std::make_unique<MlpModel>(shape, micro, where);
 }
 
-std::unique_ptr<TrainModel> make_gpt_model(const GptShape& shape, models::GptCompute compute,
+std::unique_ptr<TrainModel> make_gpt_model(const models::GptShape& shape, models::GptCompute compute,
                                            const std::string& preset, const std::string& data,
                                            std::uint64_t seed, std::int64_t accum, int ranks,
                                            comm::Memory where) {

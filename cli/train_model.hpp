@@ -50,7 +50,7 @@ std::unique_ptr<TrainModel> make_mlp_model(const models::MlpShape& shape, std::i
 
 // The GPT over a token file: shape.micro_batch sequences per micro-batch, the global batch split
 // as models::BatchSplit says; `seed` shuffles the sequences and initialises the weights.
-std::unique_ptr<TrainModel> make_gpt_model(const GptShape& shape, models::GptCompute compute,
+std::unique_ptr<TrainModel> make_gpt_model(const models::GptShape& shape, models::GptCompute compute,
                                            const std::string& preset, const std::string& data,
                                            std::uint64_t seed, std::int64_t accum, int ranks,
                                            comm::Memory where);

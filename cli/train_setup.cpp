@@ -20,20 +20,6 @@
 namespace zero::cli {
 namespace {
 
-Precision parse_precision(const std::string& s) {
-  if (s == "bf16") return Precision::bf16;
-  if (s == "fp16") return Precision::fp16;
-  if (s == "fp32") return Precision::fp32;
-  throw Error(cat("--precision: expected bf16, fp16 or fp32, got '", s, "'"));
-}
-
-DType parse_reduce(const std::string& s) {
-  if (s == "fp32") return DType::f32;
-  if (s == "bf16") return DType::bf16;
-  if (s == "fp16") return DType::f16;
-  throw Error(cat("--reduce-dtype: expected fp32, bf16 or fp16, got '", s, "'"));
-}
-
 void require_at_least(std::string_view flag, std::int64_t value, std::int64_t least) {
   if (value < least) throw Error(cat(flag, " must be >= ", least, ", got ", value));
 }
@@ -242,7 +228,7 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
 
 // The model's units as the engine will register them, before any model or data is loaded.
 std::vector<UnitSpec> units_of(const Run& run) {
-  return run.gpt ? gpt_units(run.gpt_shape) : models::mlp_units(run.shape);
+  return run.gpt ? models::gpt_units(run.gpt_shape) : models::mlp_units(run.shape);
 }
 
 // What one rank holds on the host, by the planner (model states, buffers and the activations of
@@ -256,11 +242,11 @@ void check_host_memory(const Run& run, int world, int ranks_here, bool on_gpu) {
       per_rank = checked_mul(checked_mul(2 * b, run.gpt_shape.seq_len, "the token buffers"), 4,
                              "the token buffers");
     } else if (run.gpt) {
-      GptShape g = run.gpt_shape;
+      models::GptShape g = run.gpt_shape;
       g.micro_batch = static_cast<int>(b);
       PlanInput in = plan_input_from_config(run.config, world);
-      in.units = gpt_units(g);
-      in.activation_bytes = gpt_trainer_activation_bytes(
+      in.units = models::gpt_units(g);
+      in.activation_bytes = models::gpt_trainer_activation_bytes(
           g, run.compute == models::GptCompute::bf16 ? DType::bf16 : DType::f32);
       in.tied_head = true;
       in.device = false;
@@ -315,8 +301,8 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   fill_auto_defaults(
       config, {.lr = 3e-3, .clip = 1.0, .precision = Precision::bf16, .total_steps = f.steps});
   if (vm.count("stage")) config.zero.stage = f.stage;
-  if (vm.count("precision")) config.precision = parse_precision(f.precision);
-  if (vm.count("reduce-dtype")) config.communication_data_type = parse_reduce(f.reduce);
+  if (vm.count("precision")) config.precision = parse_precision(f.precision, "--precision");
+  if (vm.count("reduce-dtype")) config.communication_data_type = parse_reduce_dtype(f.reduce, "--reduce-dtype");
   if (vm.count("lr")) config.optimizer.lr = f.lr;
   if (vm.count("clip")) config.gradient_clipping = f.clip;
   if (vm.count("overlap")) config.zero.overlap_comm = true;

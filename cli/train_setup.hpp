@@ -36,7 +36,7 @@ struct Run {
   Config config;
   bool gpt = false;
   models::MlpShape shape;  // the MLP's (its seed and global batch serve the GPT too)
-  GptShape gpt_shape;      // micro_batch set once the batch is resolved
+  models::GptShape gpt_shape;      // micro_batch set once the batch is resolved
   models::GptCompute compute = models::GptCompute::bf16;
   std::int64_t steps = 20, log_every = 1, micro = 1, accum = 1;
   double timeout = 600;

@@ -153,7 +153,7 @@ ZERO_HD void adam_element(float& p, float& m, float& v, float g_raw, const AdamS
 // The update the CPU loop and the CUDA kernel run: adam_element on copies, kept only if the new
 // p, m and v are all finite. Otherwise the element keeps its values from before the step and
 // this returns true, so a non-finite value never enters the master weights or the moments, and
-// the caller can refuse the step (zero/engine_step.cpp). The test is three bit masks and three
+// the caller can refuse the step (zero/optimizer_step.cpp). The test is three bit masks and three
 // selects on values already in registers: no extra memory traffic, so the check is free in a
 // loop bound by memory bandwidth.
 // adam_element_guarded_in<Mode> is the same for a mode the caller fixed outside its loop.

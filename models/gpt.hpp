@@ -3,7 +3,7 @@
 // the output head tied to the token embedding), of any shape, trained through the engine at any
 // ZeRO stage. Written only against zero's public header, as a user's trainer would be.
 //
-// Units are zero::gpt_units(shape): the embeddings, one per block, the final LayerNorm, so the
+// Units are gpt_units(shape) (models/gpt_shape.hpp): the embeddings, one per block, the final LayerNorm, so the
 // planner (zero/planner.hpp) plans exactly this model. At stage 3 each unit is gathered just
 // before use and released after, in forward and in backward; the tied head gathers the
 // embeddings once more between the two (PlanInput::tied_head).
@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "models/gpt_shape.hpp"
 #include "zero/zero.hpp"
 
 namespace zero::models {
@@ -45,7 +46,7 @@ std::vector<ParamGroup> gpt_param_groups();
 class GptTrainer {
  public:
   // shape.micro_batch sequences of shape.seq_len tokens per micro-batch. Allocates every buffer
-  // of a micro-batch now (zero::gpt_trainer_activation_bytes(shape, compute), checked equal).
+  // of a micro-batch now (gpt_trainer_activation_bytes(shape, compute), checked equal).
   // `where`: the memory the engine keeps its state in (EngineOptions::memory); device runs the
   // same schedule on the GPU (models/gpt_cuda.cpp: kernels/cuda/gpt_ops, cuBLASLt), compiled
   // but never run on a GPU yet; a build without CUDA throws.

@@ -1,4 +1,4 @@
-// The GPT's parameter names (zero::gpt_units) beside Hugging Face GPT-2's, as the `gpt2`
+// The GPT's parameter names (gpt_units, models/gpt_shape.hpp) beside Hugging Face GPT-2's, as the `gpt2`
 // repository's model.safetensors names them, both ways, with the orientation of each weight.
 //
 // zero stores every linear weight [out, in] (y = W x, torch.nn.Linear's layout); GPT-2's Conv1D

@@ -76,8 +76,21 @@ DType working_dtype(Precision p) {
   return DType::f32;
 }
 
-DType reduce_dtype(Precision p, DType communication_data_type) {
-  return p == Precision::fp32 ? DType::f32 : communication_data_type;
+std::optional<DType> parse_training_dtype(std::string_view name) {
+  for (DType d : {DType::f32, DType::bf16, DType::f16})
+    if (name == name_of(d)) return d;
+  return std::nullopt;
+}
+
+Precision parse_precision(std::string_view name, std::string_view flag) {
+  for (Precision p : {Precision::bf16, Precision::fp16, Precision::fp32})
+    if (parse_training_dtype(name) == working_dtype(p)) return p;
+  throw Error(cat(flag, ": expected bf16, fp16 or fp32, got '", name, "'"));
+}
+
+DType parse_reduce_dtype(std::string_view name, std::string_view flag) {
+  if (const auto d = parse_training_dtype(name)) return *d;
+  throw Error(cat(flag, ": expected fp32, bf16 or fp16, got '", name, "'"));
 }
 
 std::string_view name_of(OptimizerType t) {

@@ -142,7 +142,7 @@ struct Config {
   std::vector<std::string> warnings;
 
   // Checks what depends on the number of ranks: train_batch_size against
-  // micro * accumulation * world, and that zero_hpz_partition_size divides world.
+  // micro * accumulation * world, and the group rules (zero::check_groups, zero/settings.hpp).
   // Throws zero::Error naming the key and the numbers.
   void validate_world(int world) const;
 
@@ -182,10 +182,13 @@ std::string_view name_of(Precision p);
 
 // What a precision trains in: the working params' and the gradients' dtype.
 DType working_dtype(Precision p);
-// The dtype gradients are reduced in, the one rule the engine, the planner and both commands
-// read: fp32 training reduces in fp32 whatever communication_data_type asks, other precisions in
-// communication_data_type.
-DType reduce_dtype(Precision p, DType communication_data_type);
+// The one reader of a training dtype's name, as the JSON and the flags write it ("fp32", "bf16",
+// "fp16"); nullopt for any other text.
+std::optional<DType> parse_training_dtype(std::string_view name);
+// The same names as a flag's value (`flag` names it in the error, "--precision"): the precision
+// that trains in that dtype, or the reduce dtype. Throw zero::Error naming the flag and the text.
+Precision parse_precision(std::string_view name, std::string_view flag);
+DType parse_reduce_dtype(std::string_view name, std::string_view flag);
 std::string_view name_of(OptimizerType t);
 std::string_view name_of(ScheduleType t);  // "constant" for ScheduleType::constant
 std::string_view name_of(WarmupType t);

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "zero/config.hpp"
+#include "zero/settings.hpp"
 #include "base/error.hpp"
 #include "zero/json_reader.hpp"
 
@@ -47,13 +48,7 @@ void Config::validate_world(int world) const {
                   at_key("train_batch_size"));
     }
   }
-  if (world % zero.zero_hpz_partition_size != 0)
-    throw Error(cat(zero.zero_hpz_partition_size, " does not divide the world size ", world),
-                at_key("zero_optimization.zero_hpz_partition_size"));
-  if (zero.mics_shard_size > 0 && world % zero.mics_shard_size != 0)
-    throw Error(cat(zero.mics_shard_size, " does not divide the world size ", world,
-                    ": shard groups must tile the ranks"),
-                at_key("zero_optimization.mics_shard_size"));
+  check_groups(zero, world);
 }
 
 // DeepSpeed's _set_batch_related_parameters, with its floor divisions made exact (DeepSpeed's

@@ -122,12 +122,10 @@ void ParamGatherer::prefetch_after(int u) {
   w.valid = true;
   const bool needed_now = units_[u].state == UnitState::sharded;
   if (needed_now) reserve_gather(u);
-  const std::int64_t limit = ctx_.settings.prefetch_window;
   const auto nu = static_cast<int>(layout.units.size());
   for (int v = w.front + d; v >= 0 && v < nu; v += d) {
     if (!persistent(v) && units_[v].state == UnitState::sharded) {
-      if (w.ahead + padded(v) > limit || live_elements_ + padded(v) > ctx_.settings.max_live)
-        break;
+      if (!ctx_.settings.prefetches(w.ahead, live_elements_, padded(v))) break;
       reserve_gather(v);
     }
     if (!persistent(v)) w.ahead += padded(v);

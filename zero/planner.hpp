@@ -17,80 +17,41 @@
 #include "precision/dtype.hpp"
 #include "zero/config.hpp"
 #include "zero/layout.hpp"
+#include "zero/settings.hpp"
 
 namespace zero {
 
-// A GPT-style decoder (pre-LayerNorm, learned positions, GELU MLP of ffn_hidden, tied or untied
-// output head). Units: the embeddings, one per transformer block, the final LayerNorm (+ the
-// head when untied), as Megatron and DeepSpeed group them.
-struct GptShape {
-  int layers = 12;
-  int hidden = 768;
-  int heads = 12;
-  std::int64_t vocab = 50257;
-  int seq_len = 1024;
-  int ffn_hidden = 0;           // 0: 4 * hidden
-  bool tied_embeddings = true;  // output head shares the token embedding
-  int micro_batch = 1;          // sequences per micro-batch per rank
-  bool recompute = false;       // full activation recomputation (keep only each block's input)
-};
+// The planner builds the layout the engine builds, a few hundred bytes per unit and per tensor:
+// bounded, so that an absurd model (--layers 2147483647) is refused in a sentence instead of
+// exhausting memory. Real models have a few thousand tensors; a million answers in seconds.
+inline constexpr std::int64_t kMaxPlanUnits = 1'000'000;
+inline constexpr std::int64_t kMaxPlanTensors = 2'000'000;
 
-// Named sizes: gpt2-small .. gpt2-xl and gpt3-125m .. gpt3-175b (the GPT-3 paper's table).
-// Empty when the name is unknown.
-std::optional<GptShape> gpt_preset(std::string_view name);
-std::vector<std::string> gpt_preset_names();
-
-// The units a GPT of this shape registers (names and shapes, as a trainer would).
-std::vector<UnitSpec> gpt_units(const GptShape& shape);
 // The unpadded parameter count of a list of units.
 std::int64_t count_params(const std::vector<UnitSpec>& units);
-// Activation bytes per rank held at the peak of backward, Korthikanti et al. (2022), eq. 2,
-// without tensor/sequence parallelism: per block s·b·h·(34 + 5·a·s/h) bytes at 16-bit, or
-// 2·s·b·h with full recomputation (+ one block's full set while it is recomputed); plus the
-// logits (4·s·b·V fp32 for the loss). Documented term by term in docs/memory.md.
-std::int64_t gpt_activation_bytes(const GptShape& shape, DType work_dtype);
-// The bytes zero's reference GPT trainer (models/gpt.hpp) holds per rank for one micro-batch,
-// exactly: every activation it keeps for backward (compute_dtype: bf16 or fp32), its fp32
-// LayerNorm statistics, attention probabilities and logits, its backward buffers, the widened
-// parameters and gradients of one unit (and the tied embedding's gradient, kept across the
-// backward) and its op scratch. Term by term in docs/memory.md; the trainer checks that its
-// buffers add up to this. Less than gpt_activation_bytes's estimate for the same shape is
-// expected: no dropout masks, one buffer per tensor, attention's probabilities only.
-std::int64_t gpt_trainer_activation_bytes(const GptShape& shape, DType compute_dtype);
-
 // A bare parameter count cut into `units` units of (nearly) equal size, for a model given only
 // by its size. Throws zero::Error for a count < 1 or units < 1 or units > count.
 std::vector<UnitSpec> uniform_units(std::int64_t params, int units);
 
 enum class PlanOptimizer { adam, sgd_momentum };  // Adam/AdamW: m and v; SGD: one momentum buffer
-enum class Offload { none, cpu };                 // optimizer offload (DeepSpeed offload_optimizer)
 
+// What the planner needs: the model as units and activation bytes (models/gpt_shape.hpp gives
+// a GPT's, uniform_units a bare count's), the ranks, and the run's Config, whose every rule
+// (stage, dtypes, groups, buckets, prefetch, offload) zero::resolve_settings decides, as for the
+// engine. The planner reads the resolved Settings, never the Config's fields.
 struct PlanInput {
-  std::vector<UnitSpec> units;       // the model (gpt_units, uniform_units or the trainer's own)
+  std::vector<UnitSpec> units;       // the model
   std::int64_t activation_bytes = 0; // the trainer's activations per rank (device), at their peak
   // The trainer's call order has a tied output head (models/gpt): after the forward pass it
   // gathers unit 0 (the token embedding) once more and releases it, before the backward pass.
   bool tied_head = false;
   std::string model_name;            // for reports ("gpt3-1.3b", "7.5e9 params", "mlp 4x512")
   int ranks = 1;                     // N: data-parallel ranks
-  int ranks_per_node = 1;            // for reports and hierarchical sharding
-  int shard_size = 0;                // ranks one shard group spans (0 = all N; MiCS/HSDP
-                                     // hierarchical sharding: states replicated across groups)
-  int hpz_partition_size = 1;        // ZeRO++ hpZ at stage 3: a secondary copy of the params
-                                     // sharded over this many ranks (a node); 1 = off
-  int stage = 0;                     // 0..3
-  Precision precision = Precision::bf16;
-  DType reduce_dtype = DType::f32;   // communication_data_type (fp32 or the training dtype)
+  int ranks_per_node = 1;            // for reports and the time model's placement
+  Config config;                     // the run's settings, as the engine reads them
+  // The optimizer's state: Config names only Adam(W); the planner also sizes SGD's one buffer.
   PlanOptimizer optimizer = PlanOptimizer::adam;
-  Offload offload = Offload::none;
-  std::int64_t gradient_accumulation_steps = 1;
-  bool overlap_comm = false;
   std::int64_t align_elements = kDefaultAlignElements;
-  std::int64_t reduce_bucket_size = kDefaultBucketElements;     // elements
-  std::int64_t allgather_bucket_size = kDefaultBucketElements;  // elements (stages 1-2, after the step)
-  std::int64_t prefetch_bucket_size = 50'000'000;         // elements (stage3_prefetch_bucket_size)
-  std::int64_t max_live_parameters = 1'000'000'000;       // elements (stage3_max_live_parameters)
-  std::int64_t param_persistence_threshold = 100'000;     // elements (stage 3)
   // The MPI backend's staging (comm::Options): chunk bytes per peer and pipeline slots (used
   // when !device; on a device the NCCL backend's fp32 widening copy is counted instead).
   std::size_t comm_chunk_bytes = std::size_t{1} << 20;
@@ -98,8 +59,7 @@ struct PlanInput {
   bool device = true;                // state on the device (GPU) vs host memory (CPU ranks)
 };
 
-// Fills a PlanInput's settings from a Config (stage, precision, reduce dtype, accumulation,
-// overlap, buckets, prefetch, persistence, offload), as the engine reads them.
+// A PlanInput of `config` at `ranks` ranks, the model left for the caller to give.
 PlanInput plan_input_from_config(const Config& config, int ranks);
 
 // One term of the formula: which category, what it is, how it was computed, its bytes.
@@ -177,16 +137,21 @@ struct Plan {
   } phases;
   std::vector<std::string> notes;   // settings the input asked for that the run overrides, one
                                     // sentence each (zero::resolve_settings), for the caller to say
+  Settings settings;                // what the input's Config resolved to at this rank count
+  // Stage 3: whether the engine's prefetch rule (Settings::prefetches) gathers any unit ahead
+  // in this layout, forward or backward; false when the window or the live limit is smaller
+  // than the units, or below stage 3.
+  bool prefetches = false;
 };
 
-// The plan for input.stage. Throws zero::Error on bad input (naming the field).
+// The plan for input.config's stage. Throws zero::Error on bad input (naming the field).
 Plan plan_memory(const PlanInput& input);
 
 // Inverse questions. largest_model: the largest bare parameter count (cut into `units` equal
 // units by uniform_units, activation_bytes kept as given) whose predicted peak fits
 // `budget_bytes` per device, by bisection to within 0.1%; 0 if even `units` parameters do not.
 std::int64_t largest_model(const PlanInput& input, std::int64_t budget_bytes, int units = 32);
-// Fewest ranks (1..max_ranks), sharding over all of them (shard_size ignored), at which `input`
+// Fewest ranks (1..max_ranks), sharding over all of them (mics_shard_size ignored), at which `input`
 // fits the budget; nullopt if none does.
 std::optional<int> fewest_ranks(const PlanInput& input, std::int64_t budget_bytes,
                                 int max_ranks = 65536);

@@ -1,9 +1,10 @@
 // Settings: everything a run's Config decides, resolved once, in one place (the way FSDP2
-// resolves its mixed-precision policy), for a world of a given size. The engine, the planner
-// and both commands read these values instead of re-deriving them from the Config: the dtypes,
-// the stage's row of the policy table, which buffers alias which, the layout's options, the
-// bucket, prefetch and live limits. What the resolution overrides is said in `notes`, one
-// sentence each, for the caller to print once.
+// resolves its mixed-precision policy), for a world of a given size. The engine, the planner,
+// the time model and both commands read these values instead of re-deriving them from the
+// Config: the dtypes, the stage's row of the policy table, which buffers alias which, the
+// groups, the layout's options, the bucket, prefetch and live limits, offload. Every rule that
+// turns a Config into a decision is in resolve_settings, and nowhere else. What the resolution
+// overrides is said in `notes`, one sentence each, for the caller to print once.
 #pragma once
 
 #include <cstdint>
@@ -45,12 +46,30 @@ struct Settings {
   std::int64_t allgather_bucket = kDefaultBucketElements;  // elements per all-gather after the step
   std::int64_t prefetch_window = 0;             // stage 3: elements gathered ahead
   std::int64_t max_live = 0;                    // stage 3: gathered elements at once
+  // ZeRO-Offload (offload_optimizer.device cpu, stages 1-3): the fp32 master, the optimizer
+  // state and the reduced gradient shard live in host memory. The planner sizes it; the
+  // engine's config reader refuses it.
+  bool offload = false;
   std::vector<std::string> notes;               // what was overridden, one sentence each
+
+  // Stage 3's prefetch rule, the engine's: gather a unit of `padded` elements ahead of use when
+  // the window, already holding `ahead` elements, and the gathered units, `live` elements, both
+  // stay within their limits. A window or live limit smaller than a unit prefetches nothing.
+  bool prefetches(std::int64_t ahead, std::int64_t live, std::int64_t padded) const {
+    return ahead + padded <= prefetch_window && live + padded <= max_live;
+  }
 };
 
 // Resolves `config` for a world of `world` ranks. Throws zero::Error naming the key on a value no
 // stage can run: a stage outside 0..3, accumulation < 1, a reduce dtype that is neither fp32 nor
-// the training dtype, a shard group that does not divide the world, hpZ with shard groups.
-Settings resolve_settings(const Config& config, int world, std::int64_t align_elements = 64);
+// the training dtype, a group rule broken (check_groups), a bucket under one element, a negative
+// prefetch, live or persistence limit, optimizer offload at stage 0.
+Settings resolve_settings(const Config& config, int world,
+                          std::int64_t align_elements = kDefaultAlignElements);
+
+// The group rules, for a world of `world` ranks: the shard group (mics_shard_size) and the hpZ
+// group (zero_hpz_partition_size) divide the world, and not both are set. resolve_settings
+// applies them; Config::validate_world too, so that the batch's resolution refuses them early.
+void check_groups(const ZeroConfig& zero, int world);
 
 }  // namespace zero

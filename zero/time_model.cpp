@@ -361,10 +361,10 @@ double collective_seconds(comm::Op op, const OpCount& count, const GroupPlacemen
   return algorithm == Algorithm::tree ? tree : std::min(ring, tree);
 }
 
-double optimizer_bytes_per_param(const PlanInput& in) {
-  const double r = static_cast<double>(size_of(reduce_dtype(in.precision, in.reduce_dtype)));
-  const double w = static_cast<double>(size_of(working_dtype(in.precision)));
-  const double states = in.optimizer == PlanOptimizer::adam ? 24 : 16;  // master + state(s), r+w
+double optimizer_bytes_per_param(const Settings& settings, PlanOptimizer optimizer) {
+  const double r = static_cast<double>(size_of(settings.reduce_dtype));
+  const double w = static_cast<double>(size_of(settings.work_dtype));
+  const double states = optimizer == PlanOptimizer::adam ? 24 : 16;  // master + state(s), r+w
   return states + 2 * r + w;
 }
 
@@ -378,7 +378,8 @@ StepTime estimate_step(const Plan& plan, const PlanInput& in, const TimeInput& t
   if (!(t.backward_share >= 0 && t.backward_share <= 1))
     throw Error(cat("time model: backward's share of the compute must be in [0, 1], got ",
                     t.backward_share));
-  if (in.offload == Offload::cpu)
+  const Settings& set = plan.settings;
+  if (set.offload)
     throw Error(
         "the time model does not cover optimizer offload: the step runs on the CPU, which no "
         "cluster profile describes; plan without --offload");
@@ -397,15 +398,15 @@ StepTime estimate_step(const Plan& plan, const PlanInput& in, const TimeInput& t
   const double forward = s.compute * (1 - t.backward_share), backward = s.compute - forward;
   // What may hide: every prefetched gather but the first of each pass (one per micro-batch), and
   // with overlap_comm every reduction but the step's last bucket's.
-  const double K = static_cast<double>(std::max<std::int64_t>(1, in.gradient_accumulation_steps));
-  const bool prefetch = in.prefetch_bucket_size > 0 && in.max_live_parameters > 0;
+  const double K = static_cast<double>(std::max<std::int64_t>(1, set.accumulation));
+  const bool prefetch = plan.prefetches;  // the engine's rule (Settings::prefetches)
   auto all_but_first = [&](double seconds, std::int64_t n) {
     return prefetch && n > 0 ? seconds * (1 - std::min(K, double(n)) / double(n)) : 0.0;
   };
   const double hide_forward = all_but_first(forward_comm, calls(ph.forward));
   const double hide_gathers = all_but_first(gathers, calls(ph.backward_gathers));
   const std::int64_t buckets = std::max<std::int64_t>(1, ph.reductions.shard.reduce_scatter.calls);
-  const double hide_reductions = in.overlap_comm ? reductions * (1 - 1.0 / buckets) : 0.0;
+  const double hide_reductions = set.overlap ? reductions * (1 - 1.0 / buckets) : 0.0;
   s.exposed_forward = forward_comm - hide_forward + std::max(0.0, hide_forward - forward);
   s.exposed_backward = gathers + reductions - hide_gathers - hide_reductions +
                        std::max(0.0, hide_gathers + hide_reductions - backward);
@@ -416,7 +417,7 @@ StepTime estimate_step(const Plan& plan, const PlanInput& in, const TimeInput& t
   const double states = in.optimizer == PlanOptimizer::adam ? 2 : 1;
   const double owned =
       static_cast<double>(plan.device.optimizer + plan.host.optimizer) / (4 * states);
-  s.optimizer_bytes_per_param = optimizer_bytes_per_param(in);
+  s.optimizer_bytes_per_param = optimizer_bytes_per_param(set, in.optimizer);
   s.optimizer = owned * s.optimizer_bytes_per_param / (c.hbm_bandwidth * c.hbm_efficiency);
 
   s.step = s.compute + s.comm_exposed + s.optimizer;

@@ -146,15 +146,16 @@ struct StepTime {
 // the fp32 master, m and v (24), reads the reduced gradient twice (the norm's pass and the
 // update's: 2r) and writes the new working param (w): 34 for bf16 with an fp32 reduction, 30
 // with bf16 gradients. SGD with momentum keeps one state: 16 + 2r + w.
-double optimizer_bytes_per_param(const PlanInput& input);
+double optimizer_bytes_per_param(const Settings& settings, PlanOptimizer optimizer);
 
-// The time of one optimizer step for `plan` (made from `input`, stage and all). Compute is
+// The time of one optimizer step for `plan` (made from `input`; its settings are plan.settings). Compute is
 // flops_per_step / ranks / (peak_flops * compute_efficiency), split forward / backward by
 // backward_share. Each phase's collectives (Plan::phases) run one after another on the engine's
 // communication stream, and overlap as the engine overlaps them:
-//   - forward: with a prefetch window (stage3_prefetch_bucket_size > 0) every gather but the
-//     first of each micro-batch is issued while the unit before it computes, and hides behind
-//     forward compute, up to its length; without one, every gather is waited for;
+//   - forward: where the engine prefetches (Plan::prefetches: the window and the live limit
+//     hold a unit, Settings::prefetches) every gather but the first of each micro-batch is
+//     issued while the unit before it computes, and hides behind forward compute, up to its
+//     length; otherwise every gather is waited for;
 //   - backward: the gathers likewise (prefetched in backward order); with overlap_comm every
 //     gradient reduction but the step's last also hides behind backward compute (they share the
 //     stream with the gathers: the sum of what may hide is held against backward's length);

@@ -16,6 +16,9 @@
 #include "zero/zero.hpp"
 
 using namespace zero;
+using zero::models::GptShape;
+using zero::models::gpt_units;
+using zero::models::gpt_preset;
 using models::GptCompute;
 
 namespace {

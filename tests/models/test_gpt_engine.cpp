@@ -10,6 +10,9 @@
 #include "zero/zero.hpp"
 
 using namespace zero;
+using zero::models::GptShape;
+using zero::models::gpt_units;
+using zero::models::gpt_trainer_activation_bytes;
 using models::GptCompute;
 
 namespace {

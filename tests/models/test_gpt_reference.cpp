@@ -28,6 +28,8 @@
 #include "zero/zero.hpp"
 
 using namespace zero;
+using zero::models::GptShape;
+using zero::models::gpt_units;
 namespace ops = zero::kernels::cpu::gpt;
 
 namespace {

@@ -22,6 +22,9 @@ namespace zero {
 namespace {
 namespace fs = std::filesystem;
 using testing::make_config;
+using models::GptShape;
+using models::gpt_preset;
+using models::gpt_units;
 using testing::RunSpec;
 
 using testing::quiet;

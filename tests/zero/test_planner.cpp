@@ -1,5 +1,5 @@
-// The planner on its own: the ZeRO paper's analysis, pure fp32 training, offload, SGD, GPT shapes,
-// the inverse questions, bad input and absurd input, and the linear replay against the quadratic
+// The planner on its own: the ZeRO paper's analysis, pure fp32 training, offload, SGD, the
+// inverse questions, bad input and absurd input, and the linear replay against the quadratic
 // one it replaced. (tests/zero/test_planner_engine.cpp checks it against the
 // engine's ledger.)
 #include <catch2/catch.hpp>
@@ -21,9 +21,9 @@ PlanInput bare(std::int64_t params, int ranks, int stage) {
   PlanInput in;
   in.units = uniform_units(params, 32);
   in.ranks = ranks;
-  in.stage = stage;
-  in.precision = Precision::bf16;
-  in.reduce_dtype = DType::bf16;  // the paper's 2-byte gradients
+  in.config.zero.stage = stage;
+  in.config.precision = Precision::bf16;
+  in.config.communication_data_type = DType::bf16;  // the paper's 2-byte gradients
   return in;
 }
 
@@ -63,8 +63,8 @@ TEST_CASE("Every category is counted per the stage table") {
   // 31.25M elements (1 gathered + 1 prefetched) plus the unit's gradients in flight, when every
   // unit is a reduce bucket of its own.
   PlanInput per_unit = bare(Psi, 8, 3);
-  per_unit.reduce_bucket_size = Psi / 32;
-  per_unit.allgather_bucket_size = Psi / 32;  // and gathered one unit per all-gather
+  per_unit.config.zero.reduce_bucket_size = Psi / 32;
+  per_unit.config.zero.allgather_bucket_size = Psi / 32;  // and gathered one unit per all-gather
   const Plan p3 = plan_memory(per_unit);
   const std::int64_t unit = 2 * (Psi / 32 + 64);
   CHECK(p3.device.buffers >= 3 * unit - 3 * 2 * 64 * 8);
@@ -78,8 +78,8 @@ TEST_CASE("Every category is counted per the stage table") {
 TEST_CASE("Pure fp32 training: 16 bytes per parameter at stage 0, 16Ψ/N at stage 3") {
   for (int stage = 0; stage <= 3; ++stage) {
     PlanInput in = bare(100'000'000, 4, stage);
-    in.precision = Precision::fp32;
-    in.reduce_dtype = DType::f32;
+    in.config.precision = Precision::fp32;
+    in.config.communication_data_type = DType::f32;
     const Plan p = plan_memory(in);
     const std::int64_t P = p.padded_numel, S = P / 4;
     // fp32 params are the master weights at stages 0 and 3 (updated in place, no copy);
@@ -92,10 +92,10 @@ TEST_CASE("Pure fp32 training: 16 bytes per parameter at stage 0, 16Ψ/N at stag
 
 TEST_CASE("fp32 gradient reduction makes the stage-2 gradient shard 4 bytes") {
   PlanInput in = bare(1'000'000, 4, 2);
-  in.reduce_dtype = DType::f32;
+  in.config.communication_data_type = DType::f32;
   const Plan p = plan_memory(in);
   CHECK(p.device.grads == 4 * (p.padded_numel / 4));
-  in.stage = 1;  // the fp32 shard is a buffer at stage 1 (the full bf16 buffer is the grads)
+  in.config.zero.stage = 1;  // the fp32 shard is a buffer at stage 1 (the full bf16 buffer is the grads)
   const Plan p1 = plan_memory(in);
   CHECK(p1.device.grads == 2 * p1.padded_numel);
   bool found = false;
@@ -106,7 +106,7 @@ TEST_CASE("fp32 gradient reduction makes the stage-2 gradient shard 4 bytes") {
 TEST_CASE("Optimizer offload moves master, moments and the fp32 gradient shard to the host") {
   for (int stage = 1; stage <= 3; ++stage) {
     PlanInput in = bare(1'000'000'000, 8, stage);
-    in.offload = Offload::cpu;
+    in.config.zero.offload_optimizer_device = OffloadDevice::cpu;
     const Plan p = plan_memory(in);
     const std::int64_t P = p.padded_numel, S = P / 8;
     CHECK(p.device.master == 0);
@@ -118,7 +118,7 @@ TEST_CASE("Optimizer offload moves master, moments and the fp32 gradient shard t
     CHECK(plan_memory(in).peak_total < plan_memory(bare(1'000'000'000, 8, stage)).peak_total);
   }
   PlanInput bad = bare(1000, 1, 0);
-  bad.offload = Offload::cpu;
+  bad.config.zero.offload_optimizer_device = OffloadDevice::cpu;
   CHECK_THROWS_WITH(plan_memory(bad), Contains("offload") && Contains("stage"));
 }
 
@@ -131,43 +131,12 @@ TEST_CASE("SGD with momentum keeps one fp32 state instead of Adam's two") {
 
 TEST_CASE("Hierarchical sharding shards over the group, not the world") {
   PlanInput in = bare(1'000'000'000, 64, 3);
-  in.shard_size = 8;
+  in.config.zero.mics_shard_size = 8;
   const Plan p = plan_memory(in);
   CHECK(p.shard_size == 8);
   CHECK(p.device.model_states() == 16 * (p.padded_numel / 8));
-  in.shard_size = 7;
+  in.config.zero.mics_shard_size = 7;
   CHECK_THROWS_WITH(plan_memory(in), Contains("shard size") && Contains("64"));
-}
-
-TEST_CASE("GPT shapes: parameter counts of known models, and activations") {
-  auto count = [](const GptShape& s) {
-    std::int64_t n = 0;
-    for (const auto& u : gpt_units(s))
-      for (const auto& p : u.params) {
-        std::int64_t k = 1;
-        for (auto d : p.shape) k *= d;
-        n += k;
-      }
-    return n;
-  };
-  CHECK(count(*gpt_preset("gpt2-small")) == 124'439'808);   // Hugging Face's gpt2
-  CHECK(count(*gpt_preset("gpt2-xl")) == 1'557'611'200);    // gpt2-xl
-  CHECK(count(*gpt_preset("gpt3-175b")) == Approx(174.6e9).epsilon(0.01));
-  CHECK_FALSE(gpt_preset("gpt5").has_value());
-  CHECK(gpt_preset_names().size() == 14);
-  for (const auto& n : gpt_preset_names()) CHECK(gpt_preset(n).has_value());
-
-  GptShape s = *gpt_preset("gpt3-1.3b");
-  s.micro_batch = 4;
-  const double sbh = 2048.0 * 4 * 2048;
-  const double block = sbh * (34 + 5.0 * 16 * 2048 / 2048);
-  CHECK(gpt_activation_bytes(s, DType::bf16) ==
-        static_cast<std::int64_t>(24 * block + 4.0 * 2048 * 4 * 50257));
-  s.recompute = true;
-  CHECK(gpt_activation_bytes(s, DType::bf16) ==
-        static_cast<std::int64_t>(24 * 2 * sbh + block + 4.0 * 2048 * 4 * 50257));
-  s.heads = 7;
-  CHECK_THROWS_WITH(gpt_units(s), Contains("heads"));
 }
 
 TEST_CASE("Inverse questions: the largest model that fits, the fewest ranks that hold one") {
@@ -225,8 +194,8 @@ TEST_CASE("Bad plan input names the field") {
   CHECK_THROWS_WITH(uniform_units(-3, 1), Contains("-3"));
   CHECK_THROWS_WITH(uniform_units(10, 0), Contains("units"));
   in = bare(1000, 2, 2);
-  in.precision = Precision::bf16;
-  in.reduce_dtype = DType::f16;
+  in.config.precision = Precision::bf16;
+  in.config.communication_data_type = DType::f16;
   CHECK_THROWS_WITH(plan_memory(in), Contains("reduce dtype"));
 }
 
@@ -240,15 +209,15 @@ namespace {
 // zero/engine_context.hpp): two steps run, the second one's peak counts.
 std::int64_t reference_step_peak(const PlanInput& in) {
   LayoutOptions lo;
-  lo.shard_ranks = in.shard_size > 0 ? in.shard_size : in.ranks;
+  lo.shard_ranks = in.config.zero.mics_shard_size > 0 ? in.config.zero.mics_shard_size : in.ranks;
   lo.align_elements = in.align_elements;
-  lo.persistence_threshold = in.stage == 3 ? in.param_persistence_threshold : 0;
-  lo.bucket_elements = in.reduce_bucket_size;
+  lo.persistence_threshold = in.config.zero.stage == 3 ? in.config.zero.stage3_param_persistence_threshold : 0;
+  lo.bucket_elements = in.config.zero.reduce_bucket_size;
   const Layout L = make_layout(in.units, lo);
-  const StagePolicy pol = kStagePolicy[in.stage];
-  const DType wd = in.precision == Precision::bf16 ? DType::bf16
-                   : in.precision == Precision::fp16 ? DType::f16 : DType::f32;
-  const DType rd = in.precision == Precision::fp32 ? DType::f32 : in.reduce_dtype;
+  const StagePolicy pol = kStagePolicy[in.config.zero.stage];
+  const DType wd = in.config.precision == Precision::bf16 ? DType::bf16
+                   : in.config.precision == Precision::fp16 ? DType::f16 : DType::f32;
+  const DType rd = in.config.precision == Precision::fp32 ? DType::f32 : in.config.communication_data_type;
   const std::int64_t w = static_cast<std::int64_t>(size_of(wd)), r = static_cast<std::int64_t>(size_of(rd));
   const int nu = static_cast<int>(L.units.size());
   std::int64_t current = 0, peak = 0;
@@ -299,8 +268,8 @@ std::int64_t reference_step_peak(const PlanInput& in) {
         ahead += V.padded_numel;
         continue;
       }
-      if (ahead + V.padded_numel > in.prefetch_bucket_size ||
-          live + V.padded_numel > in.max_live_parameters)
+      if (ahead + V.padded_numel > in.config.zero.stage3_prefetch_bucket_size ||
+          live + V.padded_numel > in.config.zero.stage3_max_live_parameters)
         break;
       issue(v);
       ahead += V.padded_numel;
@@ -329,18 +298,18 @@ std::int64_t reference_step_peak(const PlanInput& in) {
     else if (pol.shard_grads) pending[u] = w * U.padded_numel;
     fresh[u] = false;
     for (int v = 0; v < nu; ++v)
-      if (v != u || !in.overlap_comm) finish(v);
+      if (v != u || !in.config.zero.overlap_comm) finish(v);
   };
   for (int s = 0; s < 2; ++s) {
     peak = current;  // the second step's counts
-    for (std::int64_t mb = 0; mb < in.gradient_accumulation_steps; ++mb) {
+    for (std::int64_t mb = 0; mb < in.config.gradient_accumulation_steps; ++mb) {
       for (int u = 0; u < nu; ++u) gather(u), release(u);
       for (int u = nu - 1; u >= 0; --u) gather(u), grads(u), release(u), reduce(u);
     }
     for (int u = 0; u < nu; ++u) finish(u);
     for (int u = 0; u < nu; ++u) release(u);
     std::int64_t scratch = 0;
-    if (in.gradient_accumulation_steps == 1 && rd != DType::f32) {
+    if (in.config.gradient_accumulation_steps == 1 && rd != DType::f32) {
       for (int u = 0; u < nu; ++u)
         scratch = std::max(scratch,
                            pol.shard_optimizer ? L.units[u].shard_numel : L.units[u].padded_numel);
@@ -373,48 +342,48 @@ TEST_CASE("The engine's count of one step equals a replay of every call and micr
       in.units.push_back(std::move(spec));
     }
     in.ranks = static_cast<int>(pick(1, 5));
-    in.stage = static_cast<int>(pick(0, 3));
-    in.precision = std::array{Precision::bf16, Precision::fp16, Precision::fp32}[pick(0, 2)];
-    in.reduce_dtype = pick(0, 1) ? DType::f32
-                      : in.precision == Precision::fp16 ? DType::f16 : DType::bf16;
-    if (in.precision == Precision::fp32) in.reduce_dtype = DType::f32;
-    in.gradient_accumulation_steps = pick(1, 4);
-    in.overlap_comm = pick(0, 1);
-    in.param_persistence_threshold = pick(0, 2) == 0 ? pick(0, 4000) : 0;
-    in.prefetch_bucket_size = std::array<std::int64_t, 4>{0, pick(1, 20000), pick(1, 3000), 1'000'000'000}[pick(0, 3)];
-    in.max_live_parameters = pick(0, 2) == 0 ? pick(0, 30000) : 1'000'000'000;
+    in.config.zero.stage = static_cast<int>(pick(0, 3));
+    in.config.precision = std::array{Precision::bf16, Precision::fp16, Precision::fp32}[pick(0, 2)];
+    in.config.communication_data_type = pick(0, 1) ? DType::f32
+                      : in.config.precision == Precision::fp16 ? DType::f16 : DType::bf16;
+    if (in.config.precision == Precision::fp32) in.config.communication_data_type = DType::f32;
+    in.config.gradient_accumulation_steps = pick(1, 4);
+    in.config.zero.overlap_comm = pick(0, 1);
+    in.config.zero.stage3_param_persistence_threshold = pick(0, 2) == 0 ? pick(0, 4000) : 0;
+    in.config.zero.stage3_prefetch_bucket_size = std::array<std::int64_t, 4>{0, pick(1, 20000), pick(1, 3000), 1'000'000'000}[pick(0, 3)];
+    in.config.zero.stage3_max_live_parameters = pick(0, 2) == 0 ? pick(0, 30000) : 1'000'000'000;
     // Host ranks: the reference leaves out the few bytes of norm parts a device run stages
     // through device memory (tests/zero/test_engine_emulated.cpp checks that path exactly).
     in.device = false;
-    in.reduce_bucket_size = 1;  // every unit a bucket of its own, as the reference reduces
-    in.allgather_bucket_size = 1;  // and all-gathers
+    in.config.zero.reduce_bucket_size = 1;  // every unit a bucket of its own, as the reference reduces
+    in.config.zero.allgather_bucket_size = 1;  // and all-gathers
     const Plan p = plan_memory(in);
-    INFO("case " << c << ": " << nu << " units, ranks " << in.ranks << ", stage " << in.stage
-                 << ", accumulation " << in.gradient_accumulation_steps << ", overlap "
-                 << in.overlap_comm << ", persistence " << in.param_persistence_threshold
-                 << ", prefetch " << in.prefetch_bucket_size << ", max live "
-                 << in.max_live_parameters);
+    INFO("case " << c << ": " << nu << " units, ranks " << in.ranks << ", stage " << in.config.zero.stage
+                 << ", accumulation " << in.config.gradient_accumulation_steps << ", overlap "
+                 << in.config.zero.overlap_comm << ", persistence " << in.config.zero.stage3_param_persistence_threshold
+                 << ", prefetch " << in.config.zero.stage3_prefetch_bucket_size << ", max live "
+                 << in.config.zero.stage3_max_live_parameters);
     REQUIRE(p.step_transient_peak == reference_step_peak(in));
-    stage3_with_prefetch += in.stage == 3 && in.prefetch_bucket_size > 0;
+    stage3_with_prefetch += in.config.zero.stage == 3 && in.config.zero.stage3_prefetch_bucket_size > 0;
   }
   CHECK(stage3_with_prefetch > 300);
 }
 
 TEST_CASE("Any accumulation and a large unit count answer at once") {
   PlanInput in = bare(1'000'000'000, 8, 3);
-  in.gradient_accumulation_steps = 2'147'483'647;  // the replay once looped accumulation x units
+  in.config.gradient_accumulation_steps = 2'147'483'647;  // the replay once looped accumulation x units
   CHECK(plan_memory(in).peak_total > 0);
-  in.gradient_accumulation_steps = 4'294'967'297;  // 64 bits, not truncated to an int
+  in.config.gradient_accumulation_steps = 4'294'967'297;  // 64 bits, not truncated to an int
   CHECK(plan_memory(in).device.buffers > plan_memory(bare(1'000'000'000, 8, 3)).device.buffers);
   Config config;
   config.gradient_accumulation_steps = 4'294'967'297;
-  CHECK(plan_input_from_config(config, 8).gradient_accumulation_steps == 4'294'967'297);
+  CHECK(resolve_settings(plan_input_from_config(config, 8).config, 8).accumulation == 4'294'967'297);
   // Quadratic in the units once: 200k units took minutes.
   in.units = uniform_units(200'000, 200'000);
-  in.overlap_comm = true;
-  in.prefetch_bucket_size = 1'000'000;
+  in.config.zero.overlap_comm = true;
+  in.config.zero.stage3_prefetch_bucket_size = 1'000'000;
   for (int stage = 0; stage <= 3; stage += 3) {
-    in.stage = stage;
+    in.config.zero.stage = stage;
     CHECK(plan_memory(in).numel == 200'000);
   }
 }
@@ -424,17 +393,6 @@ TEST_CASE("Byte counts that would pass 2^63 are refused in a sentence, never wra
                     Contains("too large to plan") && Contains("1,000,000,000,000,000,000 params"));
   // A count that fits a byte count at stage 3 over many ranks still plans.
   CHECK(plan_memory(bare(1'000'000'000'000'000'000, 1024, 3)).peak_total > 0);
-  GptShape huge;
-  huge.layers = 2147483647;
-  huge.hidden = 2147483647;
-  huge.heads = 1;
-  CHECK_THROWS_WITH(gpt_units(huge), Contains("more than 2^63 - 1 parameters"));
-  huge.hidden = 1;
-  CHECK_THROWS_WITH(gpt_units(huge), Contains("layers is more than the planner handles"));
-  GptShape wide = *gpt_preset("gpt2-small");
-  wide.seq_len = 2147483647;
-  wide.micro_batch = 2147483647;
-  CHECK_THROWS_WITH(gpt_activation_bytes(wide, DType::bf16), Contains("too large to plan"));
   CHECK_THROWS_WITH(uniform_units(10'000'000, 5'000'000), Contains("more than the planner handles"));
   const std::vector<UnitSpec> big = {{"a", {{"a.w", {std::int64_t{1} << 62}}}},
                                      {"b", {{"b.w", {std::int64_t{1} << 62}}}}};

@@ -45,7 +45,8 @@ PlanInput bare_model(double params, int ranks, int stage) {
   PlanInput in;
   in.units = uniform_units(static_cast<std::int64_t>(params), 32);
   in.ranks = ranks;
-  in.stage = stage;
+  in.config.zero.stage = stage;
+  in.config.precision = Precision::bf16;
   return in;
 }
 
@@ -136,7 +137,7 @@ TEST_CASE("Shard groups of a node stay inside it and their replicate groups shar
 
 TEST_CASE("The planner itemises one step's collectives by group, op and engine call") {
   PlanInput in = bare_model(1e9, 8, 3);
-  in.reduce_dtype = DType::bf16;
+  in.config.communication_data_type = DType::bf16;
   const Plan p = plan_memory(in);
   const GroupOps& s = p.collectives.shard;
   CHECK(s.payload_bytes() == p.traffic.shard);
@@ -153,7 +154,7 @@ TEST_CASE("The planner itemises one step's collectives by group, op and engine c
   CHECK(sum == s.payload_bytes());
   // Accumulation: four micro-batches gather and reduce four times, the step's collectives once.
   PlanInput acc = in;
-  acc.gradient_accumulation_steps = 4;
+  acc.config.gradient_accumulation_steps = 4;
   const Plan q = plan_memory(acc);
   CHECK(q.phases.forward.shard.all_gather.calls == 4 * p.phases.forward.shard.all_gather.calls);
   CHECK(q.phases.reductions.shard.reduce_scatter.payload_bytes ==
@@ -168,7 +169,7 @@ TEST_CASE(
   double moved[4] = {};
   for (int stage = 0; stage <= 3; ++stage) {
     PlanInput in = bare_model(1e9, 8, stage);
-    in.reduce_dtype = DType::bf16;
+    in.config.communication_data_type = DType::bf16;
     moved[stage] = static_cast<double>(plan_memory(in).collectives.shard.payload_bytes());
   }
   CHECK(moved[0] == Approx(4e9).epsilon(0.001));
@@ -179,7 +180,7 @@ TEST_CASE(
 
 TEST_CASE("Without overlap every collective is waited for; with it all but the last bucket hide") {
   PlanInput in = bare_model(1e9, 8, 2);
-  in.reduce_bucket_size = 260'000'000;  // four buckets of eight padded units
+  in.config.zero.reduce_bucket_size = 260'000'000;  // four buckets of eight padded units
   const Plan plain = plan_memory(in);
   REQUIRE(plain.phases.reductions.shard.reduce_scatter.calls == 4);
   const TimeInput t = time_on(paper_cluster(), 1e9, 1e6);  // 6e15 FLOP: 15 s of compute
@@ -188,7 +189,7 @@ TEST_CASE("Without overlap every collective is waited for; with it all but the l
   CHECK(a.comm_exposed == Approx(a.comm));
   CHECK(a.step == Approx(a.compute + a.comm + a.optimizer));
 
-  in.overlap_comm = true;
+  in.config.zero.overlap_comm = true;
   const Plan over = plan_memory(in);
   const StepTime b = estimate_step(over, in, t);
   CHECK(b.comm == Approx(a.comm));
@@ -222,18 +223,45 @@ TEST_CASE("Stage 3's prefetched gathers hide behind compute, the first of each p
   const double fwd = collective_seconds(comm::Op::all_gather, p.phases.forward.shard.all_gather,
                                         place_groups(8, 8, 1, 8).shard, t.cluster, t.algorithm);
   CHECK(s.exposed_forward == Approx(fwd / n));
-  in.prefetch_bucket_size = 0;  // nothing prefetched: every gather waited for
+  CHECK(p.prefetches);
+  in.config.zero.stage3_prefetch_bucket_size = 0;  // nothing prefetched: every gather waited for
   const StepTime w = estimate_step(plan_memory(in), in, t);
   CHECK(w.exposed_forward == Approx(fwd));
 }
 
+TEST_CASE("A prefetch window or live limit smaller than a unit prefetches nothing, as the engine") {
+  PlanInput in = bare_model(1e9, 8, 3);  // 32 units of 31.25M elements
+  const TimeInput t = time_on(paper_cluster(), 1e9, 1e6);
+  auto forward_gathers = [&](const Plan& p) {  // every forward gather, waited for
+    return collective_seconds(comm::Op::all_gather, p.phases.forward.shard.all_gather,
+                              place_groups(8, 8, 1, 8).shard, t.cluster, t.algorithm);
+  };
+  in.config.zero.stage3_prefetch_bucket_size = 1'000'000;  // a window smaller than a unit
+  const Plan small_window = plan_memory(in);
+  CHECK_FALSE(small_window.prefetches);
+  CHECK(estimate_step(small_window, in, t).exposed_forward ==
+        Approx(forward_gathers(small_window)));
+  in.config.zero.stage3_prefetch_bucket_size = 50'000'000;
+  in.config.zero.stage3_max_live_parameters = 40'000'000;  // one unit live, not two
+  const Plan small_live = plan_memory(in);
+  CHECK_FALSE(small_live.prefetches);
+  CHECK(estimate_step(small_live, in, t).exposed_forward == Approx(forward_gathers(small_live)));
+  const Settings set = resolve_settings(in.config, 8);
+  CHECK(set.prefetches(0, 0, 40'000'000));
+  CHECK_FALSE(set.prefetches(0, 1, 40'000'000));
+  CHECK_FALSE(set.prefetches(20'000'000, 0, 31'000'000));
+}
+
 TEST_CASE("The optimizer step moves 34 bytes per owned parameter, 30 with 16-bit gradients") {
   PlanInput in = bare_model(1e9, 8, 2);
-  CHECK(optimizer_bytes_per_param(in) == 34);
-  in.reduce_dtype = DType::bf16;
-  CHECK(optimizer_bytes_per_param(in) == 30);
+  auto bytes_per_param = [&] {
+    return optimizer_bytes_per_param(resolve_settings(in.config, in.ranks), in.optimizer);
+  };
+  CHECK(bytes_per_param() == 34);
+  in.config.communication_data_type = DType::bf16;
+  CHECK(bytes_per_param() == 30);
   in.optimizer = PlanOptimizer::sgd_momentum;
-  CHECK(optimizer_bytes_per_param(in) == 22);
+  CHECK(bytes_per_param() == 22);
   // 1e9 / 8 owned parameters x 30 B at 1000 GB/s achieved.
   in.optimizer = PlanOptimizer::adam;
   const Plan p = plan_memory(in);
@@ -266,7 +294,7 @@ TEST_CASE("Tokens per second, MFU and the fastest stage that fits follow from th
 TEST_CASE("The classic case: a 13B model's fp32 gradients are a 52 GB all-reduce") {
   // Pure fp32 training at stage 0 all-reduces 4 B x 13e9 = 52 GB (reduce-scatter + all-gather).
   PlanInput in = bare_model(13e9, 8, 0);
-  in.precision = Precision::fp32;
+  in.config.precision = Precision::fp32;
   const Plan p = plan_memory(in);
   const GroupOps& g = p.collectives.shard;
   CHECK(g.reduce_scatter.payload_bytes == Approx(52e9).epsilon(0.001));
@@ -278,7 +306,7 @@ TEST_CASE("The classic case: a 13B model's fp32 gradients are a 52 GB all-reduce
   CHECK_FALSE(s.fits);
   // bf16 gradients halve the reduce-scatter's payload.
   PlanInput half = bare_model(13e9, 8, 0);
-  half.reduce_dtype = DType::bf16;
+  half.config.communication_data_type = DType::bf16;
   CHECK(plan_memory(half).collectives.shard.reduce_scatter.payload_bytes ==
         Approx(26e9).epsilon(0.001));
 }
@@ -353,10 +381,10 @@ TEST_CASE("A bad cluster profile file is refused with one sentence naming the ke
 
 TEST_CASE("The time model refuses offload and impossible inputs with a sentence") {
   PlanInput in = bare_model(1e9, 8, 2);
-  in.offload = Offload::cpu;
+  in.config.zero.offload_optimizer_device = OffloadDevice::cpu;
   CHECK_THROWS_WITH(estimate_step(plan_memory(in), in, time_on(paper_cluster(), 1e9, 1e6)),
                     Contains("does not cover optimizer offload"));
-  in.offload = Offload::none;
+  in.config.zero.offload_optimizer_device = OffloadDevice::none;
   TimeInput t = time_on(paper_cluster(), 1e9, 1e6);
   t.flops_per_step = -1;
   CHECK_THROWS_WITH(estimate_step(plan_memory(in), in, t), Contains("FLOPs per step must be >= 0"));

@@ -1,0 +1,243 @@
+// `zero plan`'s command line (cli/plan_flags.hpp).
+#include "cli/plan_flags.hpp"
+
+#include <cstdio>
+#include <iostream>
+#include <limits>
+
+#include "cli/fill_auto.hpp"
+#include "cli/options.hpp"
+#include "cli/plan_plot.hpp"
+#include "zero/settings.hpp"
+
+namespace zero::cli {
+namespace {
+
+namespace po = boost::program_options;
+using models::GptShape;
+
+std::vector<int> parse_stages(const std::string& s) {
+  if (s == "all") return {0, 1, 2, 3};
+  if (s.size() == 1 && s[0] >= '0' && s[0] <= '3') return {s[0] - '0'};
+  throw Error(cat("--stage: expected 0, 1, 2, 3 or all, got '", s, "'"));
+}
+
+OffloadDevice parse_offload(const std::string& s) {
+  if (s == "none") return OffloadDevice::none;
+  if (s == "cpu") return OffloadDevice::cpu;
+  throw Error(cat("--offload: expected none or cpu, got '", s, "'"));
+}
+
+}  // namespace
+
+
+// Runs a parser of a flag's text so that its error names the flag: "--budget: ...".
+void require_at_least(std::string_view flag, std::int64_t value, std::int64_t least) {
+  if (value < least) throw Error(cat(flag, " must be >= ", least, ", got ", value));
+}
+
+std::int64_t count_flag(const char* flag, const std::string& text, std::int64_t least) {
+  const std::int64_t n = parse_flag(flag, text, parse_count);
+  require_at_least(flag, n, least);
+  return n;
+}
+
+void list_presets() {
+  for (const auto& name : models::gpt_preset_names()) {
+    const GptShape s = *models::gpt_preset(name);
+    std::printf("%-12s %3d layers, hidden %5d, %3d heads, vocab %lld, seq %d: %s params\n",
+                name.c_str(), s.layers, s.hidden, s.heads, static_cast<long long>(s.vocab),
+                s.seq_len, human_count(count_params(models::gpt_units(s))).c_str());
+  }
+}
+
+PlanOptimizer parse_optimizer(const std::string& s) {
+  if (s == "adam" || s == "adamw") return PlanOptimizer::adam;
+  if (s == "sgd") return PlanOptimizer::sgd_momentum;
+  throw Error(cat("--optimizer: expected adam, adamw or sgd, got '", s, "'"));
+}
+
+void add_plan_options(po::options_description& opts, PlanFlags& f) {
+  constexpr unsigned kWidth = 100;  // the help's line length
+  // One option per line, as cmd_train.cpp: easier to read than the formatter's chains.
+  // clang-format off
+  auto val = [](auto* target, const char* name) { return po::value(target)->value_name(name); };
+  po::options_description model("model (one of --params, --preset, or --layers/--hidden/--heads)", kWidth);
+  model.add_options()
+      ("params", val(&f.params, "COUNT"), "parameter count: 7.5e9, 13B, 1.3b, 350M")
+      ("units", val(&f.units, "N")->default_value(32), "with --params: equal units the count is cut into")
+      ("activations", val(&f.activations, "BYTES"),
+       "activations per rank: 12GiB; default 0 with --params, computed for a GPT")
+      ("preset", val(&f.preset, "NAME"), "a GPT size, gpt2-small .. gpt3-175b; the flags below override it")
+      ("list-presets", "list the presets with their shapes and sizes")
+      ("layers", val(&f.shape.layers, "L"), "GPT transformer blocks")
+      ("hidden", val(&f.shape.hidden, "H"), "GPT hidden size")
+      ("heads", val(&f.shape.heads, "A"), "GPT attention heads (dividing H)")
+      ("vocab", val(&f.shape.vocab, "V"), "GPT vocabulary (default 50257)")
+      ("seq-len", val(&f.shape.seq_len, "S"), "GPT sequence length (default 1024)")
+      ("ffn-hidden", val(&f.shape.ffn_hidden, "F"), "GPT MLP width (default 4 x H)")
+      ("untied", "GPT output head separate from the token embedding (default tied)")
+      ("micro-batch", val(&f.shape.micro_batch, "B"),
+       "GPT sequences per rank per micro-batch (default 1, or the --config's)")
+      ("recompute", "GPT full activation recomputation (keep only each block's input)");
+  po::options_description run("run", kWidth);
+  run.add_options()
+      ("ranks,n", val(&f.ranks, "N")->default_value(1),
+       "data-parallel ranks (arithmetic only: nothing is launched)")
+      ("ranks-per-node", val(&f.per_node, "R"), "ranks on one node (default min(N, 8))")
+      ("shard-size", val(&f.shard_size, "G")->default_value(0),
+       "ranks one shard group spans, dividing N (hierarchical, MiCS-style: the states are "
+       "sharded over G ranks and replicated N/G times); 0 = all N")
+      ("hpz", val(&f.hpz, "H"),
+       "stage 3, ZeRO++ hpZ: a secondary copy of the params sharded over H ranks (a node, "
+       "dividing N) so that backward gathers stay inside it (zero_hpz_partition_size); 1 = off")
+      ("stage", val(&f.stage, "S")->default_value("all"), "ZeRO stage: 0, 1, 2, 3 or all")
+      ("precision", val(&f.precision, "P"), "bf16 (default), fp16 or fp32")
+      ("reduce-dtype", val(&f.reduce, "D"),
+       "gradient reduce dtype: fp32 (default, as the engine's) or the training dtype; bf16 "
+       "gives the ZeRO paper's 2-byte gradients")
+      ("optimizer", val(&f.optimizer, "O"), "adam or adamw (default: m and v), sgd (one momentum)")
+      ("offload", val(&f.offload, "WHERE"), "optimizer offload: none (default) or cpu (stages 1-3)")
+      ("accum", val(&f.accum, "K"), "micro-batches per optimizer step (default 1)")
+      ("overlap", "overlap gradient reduction with backward (overlap_comm)")
+      ("reduce-bucket-size", val(&f.reduce_bucket, "COUNT"), "gradient elements per reduce bucket (5e8)")
+      ("allgather-bucket-size", val(&f.allgather_bucket, "COUNT"),
+       "stages 1-2: new-param elements per all-gather after the step (5e8)")
+      ("prefetch-bucket-size", val(&f.prefetch_bucket, "COUNT"), "stage 3: elements gathered ahead (5e7)")
+      ("max-live-parameters", val(&f.max_live, "COUNT"), "stage 3: gathered elements held at once (1e9)")
+      ("persistence-threshold", val(&f.persistence, "COUNT"),
+       "stage 3: units of fewer elements stay gathered (1e5)")
+      ("config", val(&f.config_file, "FILE"),
+       "DeepSpeed-style JSON config (the settings above and the micro-batch; flags override it)");
+  po::options_description times("time per step (with a cluster profile: docs/time.md)", kWidth);
+  add_time_options(times, f.time);
+  po::options_description out("output", kWidth);
+  out.add_options()
+      ("budget", val(&f.budget_text, "BYTES"),
+       "device memory per rank: 80GiB or 80GB (GiB = 2^30, GB = 1e9); marks what fits and adds "
+       "the fewest ranks and the largest model that fit")
+      ("explain", "every term of the formula, with its value")
+      ("json", val(&f.json_file, "FILE"),
+       "write an array of one object per stage to FILE; '-' for stdout (then without the "
+       "table; --explain goes to stderr)")
+      ("plot", val(&f.plot_file, "FILE"),
+       "write an SVG of memory per rank against N = 1, 2, 4 .. max(64, 4N), one line per stage, "
+       "the budget dashed")
+      ("help,h", "show this help");
+  // clang-format on
+  opts.add(model).add(run).add(times).add(out);
+}
+
+void print_help(const po::options_description& opts) {
+  std::cout
+      << "usage: zero plan (--params COUNT | --preset NAME | --layers L --hidden H --heads A)\n"
+         "                 [-n N] [--stage S] [--budget BYTES] [--explain] [--json FILE] ...\n"
+         "The bytes per rank by category at each ZeRO stage, computed from the engine's own\n"
+         "allocation rules (nothing runs); with --budget, what fits and the inverse answers.\n\n"
+         "examples:\n"
+         "  zero plan --params 7.5e9 -n 64 --reduce-dtype bf16   the ZeRO paper's Figure 1\n"
+         "  zero plan --preset gpt3-13b -n 16 --budget 80GiB --explain\n"
+         "  zero plan --preset gpt3-1.3b --seq-len 4096 --micro-batch 4 --recompute --json -\n"
+         "  zero plan --preset gpt3-6.7b -n 8 --offload cpu --budget 40GB --plot memory.svg\n"
+         "  zero plan --params 13B -n 64 --cluster a100-sxm --tokens-per-step 1M   time per step\n"
+      << opts;
+
+}
+
+// The settings before the flags: the --config file's (its "auto" defaults filled as zero train
+// fills them) or zero plan's own (bf16 mixed precision; Config's defaults otherwise), with the
+// batch resolved at this rank count.
+Config load_plan_config(const po::variables_map& vm, const PlanFlags& f) {
+  Config config;
+  config.precision = Precision::bf16;
+  if (vm.count("config")) {
+    if (f.config_file.empty()) throw Error("--config: the file name is empty");
+    config = load_config(f.config_file);
+    fill_auto_defaults(config, {.precision = Precision::bf16});
+    for (const auto& w : config.warnings) std::cerr << "zero plan: warning: " << w << '\n';
+  }
+  // DeepSpeed's rule over the config's sizes and the flags (a flag sets its key as if the
+  // config had given it).
+  if (vm.count("accum")) {
+    require_at_least("--accum", f.accum, 1);
+    config.gradient_accumulation_steps = f.accum;
+    config.accumulation_given = true;
+  }
+  if (vm.count("micro-batch")) {
+    require_at_least("--micro-batch", f.shape.micro_batch, 1);
+    config.train_micro_batch_size_per_gpu = f.shape.micro_batch;
+    config.micro_batch_given = true;
+  }
+  try {
+    config.resolve_batch(f.ranks);
+  } catch (const Error& e) {
+    throw Error(cat(e.what(), " (with ", f.ranks, f.ranks == 1 ? " rank" : " ranks",
+                    "; --micro-batch and --accum set these keys)"));
+  }
+  if (config.train_micro_batch_size_per_gpu > std::numeric_limits<int>::max())
+    throw Error(cat("train_micro_batch_size_per_gpu: ", config.train_micro_batch_size_per_gpu,
+                    " sequences per micro-batch is more than the planner's GPT takes (",
+                    std::numeric_limits<int>::max(), ")"));
+  return config;
+}
+
+// The config with the setting flags over it (a flag wins over the file).
+Config with_flags(const po::variables_map& vm, const PlanFlags& f, Config c) {
+  require_at_least("--shard-size", f.shard_size, 0);
+  if (vm.count("shard-size")) c.zero.mics_shard_size = f.shard_size > 0 ? f.shard_size : -1;
+  if (vm.count("hpz")) {
+    require_at_least("--hpz", f.hpz, 1);
+    c.zero.zero_hpz_partition_size = f.hpz;
+  }
+  if (vm.count("precision")) c.precision = parse_precision(f.precision, "--precision");
+  if (vm.count("reduce-dtype"))
+    c.communication_data_type = parse_reduce_dtype(f.reduce, "--reduce-dtype");
+  if (vm.count("offload")) c.zero.offload_optimizer_device = parse_offload(f.offload);
+  if (vm.count("overlap")) c.zero.overlap_comm = true;
+  if (vm.count("reduce-bucket-size"))
+    c.zero.reduce_bucket_size = count_flag("--reduce-bucket-size", f.reduce_bucket, 1);
+  if (vm.count("allgather-bucket-size"))
+    c.zero.allgather_bucket_size = count_flag("--allgather-bucket-size", f.allgather_bucket, 1);
+  if (vm.count("prefetch-bucket-size"))
+    c.zero.stage3_prefetch_bucket_size =
+        count_flag("--prefetch-bucket-size", f.prefetch_bucket, 0);
+  if (vm.count("max-live-parameters"))
+    c.zero.stage3_max_live_parameters = count_flag("--max-live-parameters", f.max_live, 0);
+  if (vm.count("persistence-threshold"))
+    c.zero.stage3_param_persistence_threshold =
+        count_flag("--persistence-threshold", f.persistence, 0);
+  return c;
+}
+
+// The stages asked for. Offload moves the optimizer's shard to the host, and stage 0 has no
+// shard: "all" means 1-3 (`dropped` says so).
+std::vector<int> plan_stages(const PlanFlags& f, const Config& c, bool& dropped) {
+  std::vector<int> stages = parse_stages(f.stage);
+  const bool offload = c.zero.offload_optimizer_device == OffloadDevice::cpu;
+  dropped = offload && stages.size() > 1;
+  if (dropped) stages.erase(stages.begin());
+  if (offload && stages == std::vector<int>{0})
+    throw Error(
+        "--offload cpu needs --stage 1, 2 or 3 (stage 0 keeps the whole optimizer state "
+        "on every rank)");
+  return stages;
+}
+
+// resolve_settings's verdict on the settings, before any model is built; a rule a flag broke is
+// named by the flag.
+void check_settings(const po::variables_map& vm, Config c, int ranks, int stage) {
+  c.zero.stage = stage;
+  try {
+    (void)resolve_settings(c, ranks);
+  } catch (const Error& e) {
+    static const std::pair<const char*, const char*> flags[] = {
+        {"zero_optimization.mics_shard_size", "shard-size"},
+        {"zero_optimization.zero_hpz_partition_size", "hpz"},
+        {"communication_data_type", "reduce-dtype"}};
+    for (const auto& [key, flag] : flags)
+      if (e.where().key == key && vm.count(flag)) throw Error(cat("--", flag, ": ", e.what()));
+    throw;
+  }
+}
+
+}  // namespace zero::cli
