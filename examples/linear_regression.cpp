@@ -8,9 +8,10 @@
 #include "zero/zero.hpp"
 
 int main(int argc, char** argv) try {
-  // MPI_Init_thread / MPI_Finalize; a rank that never joins ends startup after 600 s.
-  zero::comm::MpiRuntime mpi({.startup_timeout_seconds = 600});
-  auto world = zero::comm::make_mpi_communicator();
+  // MPI started once (a rank that never joins ends startup after 600 s) and the communicator
+  // over every rank; the World outlives the Engine that uses it.
+  zero::World world({.startup_timeout_seconds = 600});
+  zero::comm::Communicator& ranks = world.connect(zero::comm::Memory::host);
 
   // A DeepSpeed-style config; a file works the same way: zero::load_config("ds_config.json").
   zero::Config config = zero::parse_config(R"({
@@ -23,7 +24,7 @@ int main(int argc, char** argv) try {
 
   // One unit with two parameters. Real models register one unit per layer.
   constexpr int kFeatures = 16;
-  zero::Engine engine(config, *world,
+  zero::Engine engine(config, ranks,
                       {zero::UnitSpec{"linear", {zero::ParamSpec{"weight", {kFeatures}},
                                                  zero::ParamSpec{"bias", {1}}}}});
   engine.init_params([](int, std::span<float> out) { std::fill(out.begin(), out.end(), 0.0f); });
@@ -42,7 +43,7 @@ int main(int argc, char** argv) try {
     std::fill(gw.begin(), gw.end(), 0.0f);
     constexpr int kBatch = 32;
     for (int i = 0; i < kBatch; ++i) {
-      const unsigned seed = 1000u * step + 100u * world->rank() + i;
+      const unsigned seed = 1000u * step + 100u * world.rank() + i;
       float y = 0.5f, pred = b;
       for (int j = 0; j < kFeatures; ++j) {
         x[j] = ((seed * 2654435761u + 97u * j) % 2001) / 1000.0f - 1.0f;
@@ -61,11 +62,11 @@ int main(int argc, char** argv) try {
     const zero::StepReport report = engine.step(loss);
     if (step == 0) first = *report.loss;
     last = *report.loss;
-    if (world->rank() == 0 && step % 10 == 0)
+    if (world.rank() == 0 && step % 10 == 0)
       std::printf("step %2d  loss %.5f  grad-norm %.4f\n", step, last, report.grad_norm);
   }
   const bool learned = last < 0.05 * first;
-  if (world->rank() == 0)
+  if (world.rank() == 0)
     std::printf("loss %.5f -> %.5f (%s)\n", first, last, learned ? "learned" : "DID NOT LEARN");
   return learned ? 0 : 1;
 } catch (const std::exception& e) {
