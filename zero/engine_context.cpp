@@ -130,7 +130,21 @@ EngineContext::EngineContext(const Config& c, comm::Communicator& w, std::vector
     options.log = [](const std::string& line) { std::cerr << line << '\n'; };
   for (const std::string& note : settings.notes) log("warning: " + note);  // once, rank 0
   layout = make_layout(specs, settings.layout);
+  warn_if_nothing_sharded();
   check_same_layout(*this);
+}
+
+// Stage 3 where every unit is under stage3_param_persistence_threshold keeps every param gathered
+// on every rank: a small model asked to run at stage 3 would otherwise shard nothing in silence.
+void EngineContext::warn_if_nothing_sharded() const {
+  const auto& units = layout.units;
+  if (settings.stage != 3 || units.empty() ||
+      !std::all_of(units.begin(), units.end(), [](const UnitLayout& u) { return u.persistent; }))
+    return;
+  log(cat("warning: stage 3 shards no parameter: every unit has fewer elements than "
+          "stage3_param_persistence_threshold (",
+          settings.layout.persistence_threshold,
+          "), so each stays gathered on every rank; set it lower (0 shards every unit)"));
 }
 
 void EngineContext::check_unit(int u, const char* what) const {

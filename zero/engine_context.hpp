@@ -176,6 +176,7 @@ struct EngineContext {
   void all_gather_host(const void* in, void* out, std::size_t count, DType dtype);
   int agreeing_ranks() const { return options.count_only ? 1 : ranks; }
   void check_unit(int u, const char* what) const;
+  void warn_if_nothing_sharded() const;  // stage 3 with every unit persistent: say so, once
   void log(const std::string& line) const;
   void record_comm_scratch();  // counts the communicators' staging growth in the ledger
 

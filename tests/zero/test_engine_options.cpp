@@ -1,6 +1,7 @@
-// The engine's options that must act, multi-rank: clipping, overlap, stage 3's persistence, the
-// learning-rate schedules, bias_correction: false, and an fp32 run's reduce dtype. Each test here
-// fails with its feature switched off (see the notes at each).
+// The engine's options that must act, multi-rank: clipping, overlap, stage 3's persistence (and
+// the warning when it leaves nothing sharded), the learning-rate schedules, bias_correction:
+// false, and an fp32 run's reduce dtype. Each test here fails with its feature switched off (see
+// the notes at each).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -246,5 +247,32 @@ TEST_CASE("An fp32 run asked to reduce in bf16 reduces in fp32 and says so once,
   lines.clear();
   c.communication_data_type = DType::f32;
   Engine quiet(c, *w, {UnitSpec{"a", {ParamSpec{"a.w", {64}}}}}, o);
+  CHECK(lines.empty());
+}
+
+TEST_CASE("Stage 3 that shards no unit (all under the persistence threshold) says so once, on rank 0") {
+  auto w = world();
+  Config c;
+  c.zero.stage = 3;  // the threshold's default, 1e5 elements, is above both units
+  std::vector<std::string> lines;
+  EngineOptions o;
+  o.log = [&](const std::string& line) { lines.push_back(line); };
+  const std::vector<UnitSpec> small = {UnitSpec{"a", {ParamSpec{"a.w", {64}}}},
+                                       UnitSpec{"b", {ParamSpec{"b.w", {1000}}}}};
+  Engine e(c, *w, small, o);
+  // CHECK, not REQUIRE: a rank that left the test early would leave the others' collectives
+  // waiting for it.
+  const std::vector<std::string> said = {
+      "warning: stage 3 shards no parameter: every unit has fewer elements than "
+      "stage3_param_persistence_threshold (100000), so each stays gathered on every rank; set it "
+      "lower (0 shards every unit)"};
+  CHECK(lines == (w->rank() == 0 ? said : std::vector<std::string>{}));
+  // One unit sharded, or another stage: nothing to say.
+  lines.clear();
+  c.zero.stage3_param_persistence_threshold = 500;
+  Engine one_sharded(c, *w, small, o);
+  c.zero.stage3_param_persistence_threshold = 100000;
+  c.zero.stage = 2;
+  Engine stage2(c, *w, small, o);
   CHECK(lines.empty());
 }
