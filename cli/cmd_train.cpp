@@ -26,6 +26,7 @@
 #include "cli/train_report.hpp"
 #include "cli/train_setup.hpp"
 #include "models/mlp.hpp"
+#include "precision/loss_scaler.hpp"
 #include "zero/zero.hpp"
 #include "zero_build_config.hpp"
 
@@ -180,7 +181,7 @@ void print_step(const Trainer& t, std::int64_t s, const StepReport& rep, double 
                 .c_str()
           : "",
       t.run.config.precision == Precision::fp16
-          ? ("  scale " + std::to_string(static_cast<long long>(rep.loss_scale))).c_str()
+          ? ("  scale " + loss_scale_text(rep.loss_scale)).c_str()
           : "",
       rep.skipped ? "  (skipped)" : "");
 }

@@ -29,6 +29,19 @@ void require(bool ok, const char* key, const std::string& what) {
 
 }  // namespace
 
+std::string loss_scale_text(double scale) {
+  char buf[64];
+  int e = 0;
+  const double m = std::isfinite(scale) && scale > 0 ? std::frexp(scale, &e) : 0;
+  if (m == 0.5 && (e - 1 < 0 || e - 1 > 52))  // scale == 2^(e - 1)
+    std::snprintf(buf, sizeof buf, "2^%d", e - 1);
+  else if (m != 0 && scale == std::floor(scale) && scale < 0x1p53)
+    std::snprintf(buf, sizeof buf, "%.0f", scale);
+  else
+    std::snprintf(buf, sizeof buf, "%g", scale);
+  return buf;
+}
+
 LossScaler::LossScaler(const LossScalerConfig& c) : config_(c) {
   require(std::isfinite(c.loss_scale) && c.loss_scale >= 0, "fp16.loss_scale",
           cat("must be 0 (dynamic scaling) or a positive static scale, got ", c.loss_scale));

@@ -61,6 +61,11 @@ struct LossScalerState {
   friend bool operator==(const LossScalerState&, const LossScalerState&) = default;
 };
 
+// The scale as a step line prints it: a power of two 2^k as its integer for 0 <= k <= 52
+// ("65536"), else as "2^k" ("2^100", "2^-100"); any other integer below 2^53 as itself, any
+// other value in %g ("0.3", "1e+30"). Exact for every float scale, never negative.
+std::string loss_scale_text(double scale);
+
 class LossScaler {
  public:
   // Throws zero::Error naming the config key for values DeepSpeed would reject.

@@ -58,6 +58,22 @@ std::string compare_params(const std::vector<ParamSpec>& params, const Checkpoin
   return "";
 }
 
+// The state Adam resumes from: finite master weights and moments, and second moments >= 0 (a
+// mean of squares; a negative one would make the update's square root NaN steps later). Throws
+// zero::Error naming the param, the element within it and the value.
+void check_values(std::span<const float> v, StateTensor t, const std::string& param,
+                  std::int64_t begin, const std::string& where) {
+  for (std::size_t j = 0; j < v.size(); ++j) {
+    const float x = v[j];
+    const bool finite = std::isfinite(x);
+    if (finite && !(t == StateTensor::exp_avg_sq && x < 0)) continue;
+    throw Error(cat(where, ": param '", param, "' holds ",
+                    finite ? "a negative second moment" : "a value that is not finite", " (",
+                    name_of(t), " ", x, ") at its element ", begin + static_cast<std::int64_t>(j),
+                    "; the checkpoint is damaged: resume from another one"));
+  }
+}
+
 std::vector<ParamSpec> specs_of(const Layout& layout) {
   std::vector<ParamSpec> out;
   for (const ParamLayout& p : layout.params) out.push_back({p.name, p.shape});
@@ -91,10 +107,14 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
       for (auto& v : state) v.assign(n, 0.0f);
       CheckpointReader reader(out.path, out.meta);
       auto read = [&](int param, std::int64_t begin, std::int64_t count, std::int64_t at) {
-        for (int t = 0; t < kStateTensors; ++t)
+        for (int t = 0; t < kStateTensors; ++t) {
+          const std::span<float> into = std::span(state[t]).subspan(
+              static_cast<std::size_t>(at), static_cast<std::size_t>(count));
           reader.read(index_of[static_cast<std::size_t>(param)], static_cast<StateTensor>(t), begin,
-                      std::span(state[t]).subspan(static_cast<std::size_t>(at),
-                                                  static_cast<std::size_t>(count)));
+                      into);
+          check_values(into, static_cast<StateTensor>(t),
+                       s.layout().params[static_cast<std::size_t>(param)].name, begin, out.path);
+        }
       };
       for (int u = 0; u < static_cast<int>(s.layout().units.size()); ++u) {
         const auto& U = s.layout().units[static_cast<std::size_t>(u)];
@@ -108,13 +128,6 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
                  s.index(u, s.layout().params[static_cast<std::size_t>(p)].offset));
         }
       }
-      for (const auto& v : state)  // a finite checkpoint only: the update check assumes it
-        if (const auto it =
-                std::find_if(v.begin(), v.end(), [](float x) { return !std::isfinite(x); });
-            it != v.end())
-          error =
-              cat(out.path, ": a stored value is not finite (NaN or infinity) at state element ",
-                  it - v.begin(), " of this rank");
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -131,7 +144,7 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
     scaler->restore(*m.loss_scaler);
   } else if (scaler) {
     s.log(cat("checkpoint ", out.path, " was saved by a ", m.precision,
-              " run: the fp16 loss scaler starts afresh at ", scaler->scale()));
+              " run: the fp16 loss scaler starts afresh at ", loss_scale_text(scaler->scale())));
   }
   s.params_from_master();
   out.step = m.step;

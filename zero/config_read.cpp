@@ -364,6 +364,8 @@ Config parse_config(std::string_view json_text, std::string_view source_name) {
     throw Error(cat("malformed JSON at line ", line, ", column ", column, ": ", ec.message()),
                 at_key(std::string(source_name)));
   }
+  // DeepSpeed's json.load(object_pairs_hook=dict_raise_error_on_duplicate_keys) refuses them.
+  detail::refuse_duplicate_keys(json_text, source_name, "DeepSpeed refuses duplicate keys");
   const json::value root = parser.release();
   if (!root.is_object())
     throw Error(cat("expected a JSON object at top level, got ", describe(root)),

@@ -99,6 +99,12 @@ inline std::string describe(const json::value& v) {
   return "?";
 }
 
+// Throws zero::Error (naming `source`) when an object in `text` holds a key twice, with the
+// key's path, the line and column of both, and `why` (what the reader of that file does with
+// them): Boost.JSON would keep the last one silently. `text` must already parse (comments are
+// skipped). In config_duplicates.cpp.
+void refuse_duplicate_keys(std::string_view text, std::string_view source, std::string_view why);
+
 [[noreturn]] inline void fail(const std::string& path, const std::string& what) {
   throw Error(what, at_key(path));
 }

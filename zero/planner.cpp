@@ -385,11 +385,16 @@ Plan plan_memory(const PlanInput& in) {
 }
 
 std::int64_t GroupOps::calls() const {
-  return all_reduce.calls + reduce_scatter.calls + all_gather.calls + broadcast.calls;
+  using plan_detail::add_traffic;
+  return add_traffic(add_traffic(add_traffic(all_reduce.calls, reduce_scatter.calls),
+                                 all_gather.calls),
+                     broadcast.calls);
 }
 std::int64_t GroupOps::payload_bytes() const {
-  return all_reduce.payload_bytes + reduce_scatter.payload_bytes + all_gather.payload_bytes +
-         broadcast.payload_bytes;
+  using plan_detail::add_traffic;
+  return add_traffic(add_traffic(add_traffic(all_reduce.payload_bytes, reduce_scatter.payload_bytes),
+                                 all_gather.payload_bytes),
+                     broadcast.payload_bytes);
 }
 
 

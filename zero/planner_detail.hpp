@@ -63,7 +63,10 @@ struct EngineRun {
 };
 EngineRun run_engine(const PlanInput& in);
 
-// into += times * x, op by op.
+// a + times * b for the counts of collectives (calls, payload bytes); throws TooLarge past
+// 2^63 - 1, where a large accumulation would wrap them.
+std::int64_t add_traffic(std::int64_t a, std::int64_t b, std::int64_t times = 1);
+// into += times * x, op by op, checked as add_traffic.
 void add(GroupOps& into, const GroupOps& x, std::int64_t times = 1);
 void add(GroupedOps& into, const GroupedOps& x, std::int64_t times = 1);
 

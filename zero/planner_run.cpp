@@ -52,10 +52,19 @@ Config engine_config(const Config& in) {
 
 }  // namespace
 
+std::int64_t add_traffic(std::int64_t a, std::int64_t b, std::int64_t times) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(times, b, &r) || __builtin_add_overflow(a, r, &r))
+    throw TooLarge(
+        "too large to plan: one step's collectives would move more than 2^63 - 1 bytes (8 EiB) "
+        "per rank, the most a 64-bit byte count holds; lower gradient_accumulation_steps");
+  return r;
+}
+
 void add(GroupOps& into, const GroupOps& x, std::int64_t times) {
   auto one = [&](OpCount& a, const OpCount& b) {
-    a.calls += times * b.calls;
-    a.payload_bytes += times * b.payload_bytes;
+    a.calls = add_traffic(a.calls, b.calls, times);
+    a.payload_bytes = add_traffic(a.payload_bytes, b.payload_bytes, times);
   };
   one(into.all_reduce, x.all_reduce);
   one(into.reduce_scatter, x.reduce_scatter);

@@ -273,6 +273,7 @@ ClusterProfile read_cluster_profile(std::string_view json_text, const std::strin
     boost::system::error_code ec;
     const boost::json::value doc = boost::json::parse(json_text, ec);
     if (ec) throw Error(cat("is not valid JSON (", ec.message(), ")"));
+    detail::refuse_duplicate_keys(json_text, "", "say each once");
     return read_object(doc, origin);
   } catch (const Error& e) {
     throw Error(cat("cluster profile ", origin, ": ", e.what()));

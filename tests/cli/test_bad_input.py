@@ -183,9 +183,13 @@ r = plan("--layers", "2147483647", "--hidden", "8", "--heads", "1")
 check("plan of 2^31 small layers is refused before building them", refused(r, "layers"), r.stderr)
 r = plan("--params", "1e9", "--accum", "4294967297")
 check("plan --accum 4294967297 is refused, not truncated to 1", refused(r, "4294967297"), (r.stderr, r.stdout[:300]))
-r = plan("--params", "1e9", "--accum", "2147483647", "--stage", "3", timeout=30)
+r = plan("--params", "1e6", "--accum", "2147483647", "--stage", "3", timeout=30)
 check("plan with 2^31 - 1 micro-batches answers at once", r.returncode == 0 and "accumulation 2147483647" in r.stdout,
       r.stderr)
+# 1e9 params move gigabytes per micro-batch: 2^31 - 1 of them pass what a 64-bit count holds.
+r = plan("--params", "1e9", "--accum", "2147483647", "--stage", "3", timeout=30)
+check("plan whose step would move past 2^63 bytes is refused, not wrapped",
+      refused(r, "too large to plan", "gradient_accumulation_steps"), (r.stderr, r.stdout[-300:]))
 r = plan("--params", "1e6", "--units", "1000000", timeout=60)
 check("plan of a million units answers in seconds (the planner is linear in units)",
       r.returncode == 0 and "predicted peak" in r.stdout, r.stderr)

@@ -83,4 +83,20 @@ if len(hist) == STEPS:
     check("step_time.total is the mean of the measured steps' seconds",
           "total" in st and abs(mean - st["total"]) <= 1e-6 * mean, f"{mean} vs {st.get('total')}")
 
+# The fp16 loss scale in the step lines: exact at any size, never a wrapped integer (1e30 once
+# printed as -9223372036854775808, 1e-30 as 0). Only the lines are checked, not the run's end.
+with tempfile.TemporaryDirectory() as tmp:
+    for scale, says in (("1e30", "scale 1e+30"), ("1e-30", "scale 1e-30"), ("0", "scale 65536")):
+        cfg = os.path.join(tmp, "fp16.json")
+        with open(cfg, "w") as f:
+            f.write('{"fp16": {"enabled": true, "loss_scale": %s}}' % scale)
+        r = subprocess.run([ZERO, "train", "-n", "1", "--device", "cpu", "--config", cfg,
+                            "--steps", "2", "--log-every", "1"],
+                           capture_output=True, text=True, timeout=300, env=user_env())
+        lines = [l for l in r.stdout.splitlines() if l.startswith("step ") and " loss " in l]
+        check(f"fp16 loss_scale {scale}: every step line says '{says}'",
+              len(lines) == 2 and all(says + " " in l + " " for l in lines), r.stdout + r.stderr)
+        check(f"fp16 loss_scale {scale}: no step line prints a negative scale",
+              "scale -" not in r.stdout, r.stdout)
+
 finish()

@@ -346,3 +346,25 @@ TEST_CASE("the scale stops growing at the largest power of two a float holds", "
   for (int i = 0; i < 10; ++i) s.update(false);
   CHECK(s.scale() == std::ldexp(1.0f, 127));
 }
+
+TEST_CASE("the printed scale is exact and never negative, whatever its size", "[loss_scaler]") {
+  CHECK(loss_scale_text(65536) == "65536");  // 2^16, as step lines have always shown it
+  CHECK(loss_scale_text(1) == "1");
+  CHECK(loss_scale_text(0x1p52) == "4503599627370496");
+  CHECK(loss_scale_text(0x1p53) == "2^53");
+  // A static scale of 1e30 is stored as a float: not a power of two, and past any integer type.
+  CHECK(loss_scale_text(static_cast<float>(1e30)) == "1e+30");
+  CHECK(loss_scale_text(0x1p100) == "2^100");
+  CHECK(loss_scale_text(0x1p127) == "2^127");
+  CHECK(loss_scale_text(0x1p-100) == "2^-100");
+  CHECK(loss_scale_text(0.5) == "2^-1");
+  CHECK(loss_scale_text(static_cast<float>(1e-30)) == "1e-30");
+  CHECK(loss_scale_text(1000) == "1000");
+  CHECK(loss_scale_text(0.3) == "0.3");
+  CHECK(loss_scale_text(1000.5) == "1000.5");
+  for (int k = -149; k <= 127; ++k) {
+    CAPTURE(k);
+    CHECK(loss_scale_text(std::ldexp(1.0, k)).find('-') == (k < 0 ? 2u : std::string::npos));
+  }
+}
+

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -260,6 +262,62 @@ TEST_CASE("A corrupt or truncated piece file is refused naming the file and the 
     const std::string what = load_error(*e, dir.path);
     CHECK_THAT(what, Catch::Contains(file) && Catch::Contains("param 'layer0.weight'") &&
                          Catch::Contains(truncate ? "truncated" : "corrupt"));
+    CHECK(e->master_checksum() == before);
+  }
+}
+
+// Writes `value` over element `element` of `t` in the first piece of rank 0's file, with the
+// file's checksums rewritten to match: damage that no checksum catches.
+void plant(const std::string& folder, StateTensor t, std::int64_t element, float value) {
+  CheckpointMeta meta = read_checkpoint_meta(folder);
+  const CheckpointPiece& p = meta.pieces.at(0);
+  REQUIRE(p.file == 0);
+  REQUIRE(p.count > element);
+  const std::string file = (fs::path(folder) / meta.files[0].name).string();
+  std::vector<std::byte> bytes(static_cast<std::size_t>(fs::file_size(file)));
+  std::ifstream(file, std::ios::binary)
+      .read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  std::memcpy(bytes.data() + p.offset_of(t) + 4 * element, &value, 4);
+  std::ofstream(file, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  meta.files[0].crc32c = chunk_checksums(bytes);
+  std::ofstream((fs::path(folder) / kCheckpointMeta).string()) << to_json(meta);
+}
+
+TEST_CASE("A checkpoint with a negative second moment or a NaN is refused naming the parameter") {
+  auto world = comm::make_mpi_communicator();
+  RunSpec spec;
+  spec.stage = 3;
+  struct Case {
+    StateTensor t;
+    float value;
+    const char* says;
+  };
+  for (const Case& k : {Case{StateTensor::exp_avg_sq, -1.0f, "holds a negative second moment"},
+                        Case{StateTensor::master, std::nanf(""), "holds a value that is not finite"},
+                        Case{StateTensor::exp_avg, -INFINITY, "holds a value that is not finite"}}) {
+    CAPTURE(name_of(k.t));
+    TempDir dir;
+    {
+      auto e = fresh(*world, spec);
+      models::MlpTrainer t(spec.shape, micro_of(spec, world->size()));
+      train(*e, t, spec, 0, 2);
+      Checkpointer(*e, dir.path, {.background = false}).save();
+    }
+    const std::string folder = (fs::path(dir.path) / "step_00000002").string();
+    const CheckpointMeta meta = read_checkpoint_meta(folder);
+    const std::string param = meta.params[static_cast<std::size_t>(meta.pieces[0].param)].name;
+    const std::int64_t element = meta.pieces[0].begin + 3;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world->rank() == 0) plant(folder, k.t, 3, k.value);
+    MPI_Barrier(MPI_COMM_WORLD);
+    auto e = fresh(*world, spec);
+    const std::uint64_t before = e->master_checksum();
+    const std::string what = load_error(*e, dir.path);
+    CHECK_THAT(what, Catch::Contains(k.says) && Catch::Contains(folder) &&
+                         Catch::Contains(cat(name_of(k.t), " ")) &&
+                         Catch::Contains(cat("param '", param, "'")) &&
+                         Catch::Contains(cat("at its element ", element, ";")));
     CHECK(e->master_checksum() == before);
   }
 }

@@ -203,6 +203,24 @@ TEST_CASE("Comments and trailing commas are accepted") {
   CHECK(c.seed == 7);
 }
 
+TEST_CASE("A key given twice in one object is refused naming its path and both places") {
+  // Boost.JSON alone would keep the last: this config would train at stage 1.
+  CHECK(error_of(R"({"zero_optimization": {"stage": 3}, "zero_optimization": {"stage": 1}})") ==
+        "test.json: key 'zero_optimization' appears twice (at line 1, column 2 and line 1, "
+        "column 37); DeepSpeed refuses duplicate keys");
+  // At any depth, in arrays, with escapes decoded, and after a comment that holds a quote.
+  CHECK(error_of("{\"zero_optimization\": {\n  \"stage\": 3,\n  \"st\\u0061ge\": 1}}") ==
+        "test.json: key 'zero_optimization.stage' appears twice (at line 2, column 3 and line 3, "
+        "column 3); DeepSpeed refuses duplicate keys");
+  CHECK_THAT(error_of(R"({"param_groups": [{"weight_decay": 1}, {"weight_decay": 2, /* "x" */ "weight_decay": 3}]})"),
+             Catch::Contains("key 'param_groups[1].weight_decay' appears twice"));
+  // The same key in two objects, or as a value, is no duplicate.
+  CHECK(parse(R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.1}},
+                  "scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 0.1}},
+                  "steps_per_print": 10, "seed": 1})")
+            .seed == 1);
+}
+
 TEST_CASE("An unknown top-level key is an error suggesting the nearest known key") {
   CHECK(error_of(R"({"zero_optimisation": {"stage": 2}})") ==
         "unknown key 'zero_optimisation' at top level; did you mean 'zero_optimization'?");

@@ -370,11 +370,12 @@ TEST_CASE("The engine's count of one step equals a replay of every call and micr
 }
 
 TEST_CASE("Any accumulation and a large unit count answer at once") {
-  PlanInput in = bare(1'000'000'000, 8, 3);
+  // A step of 2^31 micro-batches of this model moves 2^63 bytes at most: the count holds it.
+  PlanInput in = bare(1'000'000, 8, 3);
   in.config.gradient_accumulation_steps = 2'147'483'647;  // the replay once looped accumulation x units
   CHECK(plan_memory(in).peak_total > 0);
   in.config.gradient_accumulation_steps = 4'294'967'297;  // 64 bits, not truncated to an int
-  CHECK(plan_memory(in).device.buffers > plan_memory(bare(1'000'000'000, 8, 3)).device.buffers);
+  CHECK(plan_memory(in).device.buffers > plan_memory(bare(1'000'000, 8, 3)).device.buffers);
   Config config;
   config.gradient_accumulation_steps = 4'294'967'297;
   CHECK(resolve_settings(plan_input_from_config(config, 8).config, 8).accumulation == 4'294'967'297);
@@ -401,4 +402,22 @@ TEST_CASE("Byte counts that would pass 2^63 are refused in a sentence, never wra
   in.activation_bytes = std::numeric_limits<std::int64_t>::max() - 10;
   CHECK_THROWS_WITH(plan_memory(in), Contains("too large to plan"));
   CHECK(largest_model(bare(1000, 1, 0), std::numeric_limits<std::int64_t>::max()) > 0);
+}
+
+TEST_CASE("A step's collectives past 2^63 bytes at a large accumulation are refused, never wrapped") {
+  // 1e9 params at stage 3 move gigabytes per micro-batch: 2^31 of them pass 2^63 - 1 bytes.
+  for (const std::int64_t accumulation :
+       {std::int64_t{2'147'483'647}, std::int64_t{4'294'967'297},
+        std::numeric_limits<std::int64_t>::max()}) {
+    CAPTURE(accumulation);
+    PlanInput in = bare(1'000'000'000, 8, 3);
+    in.config.gradient_accumulation_steps = accumulation;
+    CHECK_THROWS_WITH(plan_memory(in), Contains("too large to plan: one step's collectives") &&
+                                           Contains("lower gradient_accumulation_steps"));
+  }
+  PlanInput in = bare(1'000'000'000, 8, 3);
+  in.config.gradient_accumulation_steps = 1'000'000;  // 1e6 micro-batches still fit
+  const Plan p = plan_memory(in);
+  CHECK(p.traffic.shard > 0);
+  CHECK(p.collectives.shard.calls() > 1'000'000);
 }

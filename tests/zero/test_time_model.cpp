@@ -359,6 +359,9 @@ TEST_CASE("A bad cluster profile file is refused with one sentence naming the ke
     }
     return std::string("(accepted)");
   };
+  CHECK(refused(R"({"base": "h200", "call_latency_us": 22, "call_latency_us": 5})") ==
+        "cluster profile bad.json: key 'call_latency_us' appears twice (at line 1, column 18 and "
+        "line 1, column 41); say each once");
   CHECK_THAT(refused(R"({"base": "h200", "intra_bandwidth_GBs": -3})"),
              Contains("bad.json: intra_bandwidth_GBs: expected a number > 0, got -3"));
   CHECK_THAT(refused(R"({"base": "h200", "compute_efficiency": 1.5})"),
