@@ -211,6 +211,7 @@ written as FILE.tmp and renamed once complete and synced.
     throw Error(cat("--names: '", names, "' is not one of hf, zero, auto"));
   if (buffer_mib < 1) throw Error(cat("--buffer-mib must be at least 1, got ", buffer_mib));
   if (out.empty()) throw Error("--out FILE is required: the safetensors file to write");
+  (void)check_output_path(out, "--out");
   options.buffer_bytes = buffer_mib << 20;
 
   const CheckpointMeta meta = read_checkpoint_meta(find_checkpoint(dir));

@@ -16,6 +16,7 @@
 #include "cli/options.hpp"
 #include "models/tokens.hpp"
 #include "base/error.hpp"
+#include "zero/output_file.hpp"
 
 namespace zero::cli {
 namespace {
@@ -80,6 +81,8 @@ compressed text:
         "give the text to turn into tokens: zero data INPUT --out PREFIX ('-' reads "
         "standard input)");
   if (prefix.empty()) throw Error("--out PREFIX is required: where PREFIX_train.bin goes");
+  (void)check_output_path(prefix + "_train.bin", "--out");
+  if (val_fraction > 0) (void)check_output_path(prefix + "_val.bin", "--out");
   if (!(val_fraction >= 0 && val_fraction < 1))
     throw Error(cat("--val-fraction must be at least 0 and less than 1, got ", val_fraction));
 
