@@ -1,10 +1,13 @@
 // Checkpoints under mpirun (1 to 4 ranks): bitwise resume, loading at another rank count and
 // stage, atomic saves, and one sentence for every bad checkpoint with the state left untouched.
 #include <mpi.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -325,6 +328,87 @@ TEST_CASE(
       partial += entry.path().filename().string().starts_with(".partial-");
     CHECK(partial == 0);
   }
+}
+
+// The hidden folders a save left in `dir`, counted once every rank is past the save.
+int unfinished_saves(const std::string& dir) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  int partial = 0;
+  for (const auto& entry : fs::directory_iterator(dir))
+    partial += entry.path().filename().string().starts_with(".partial-");
+  return partial;
+}
+
+TEST_CASE(
+    "A save that fails for lack of space removes its unfinished folder, and the next save "
+    "succeeds") {
+  auto world = comm::make_mpi_communicator();
+  const int n = world->size();
+  RunSpec spec;
+  spec.stage = 1;
+  for (const bool background : {true, false}) {
+    CAPTURE(background);
+    TempDir dir;
+    auto e = fresh(*world, spec);
+    models::MlpTrainer t(spec.shape, micro_of(spec, n));
+    train(*e, t, spec, 0, 2);
+    Checkpointer ck(*e, dir.path, {.background = background});
+    ck.save();
+    ck.wait();
+    train(*e, t, spec, 2, 4);
+    // A real limit, not the hook: the last rank may not grow a file past 1 KiB (its piece file is
+    // larger), so its write fails with EFBIG as a full disk's does with ENOSPC.
+    rlimit before{};
+    ::getrlimit(RLIMIT_FSIZE, &before);
+    void (*handler)(int) = SIG_DFL;
+    if (world->rank() == n - 1) {
+      handler = std::signal(SIGXFSZ, SIG_IGN);  // else the kernel's SIGXFSZ ends the process
+      rlimit small = before;
+      small.rlim_cur = 1024;
+      ::setrlimit(RLIMIT_FSIZE, &small);
+    }
+    std::string what = "(no error)";
+    try {
+      ck.save();
+      ck.wait();
+    } catch (const Error& err) {
+      what = err.what();
+    }
+    if (world->rank() == n - 1) {
+      ::setrlimit(RLIMIT_FSIZE, &before);
+      std::signal(SIGXFSZ, handler);
+    }
+    char name[32];
+    std::snprintf(name, sizeof name, "rank_%05d.bin", n - 1);
+    CHECK_THAT(what, Catch::Contains("checkpoint save failed") && Catch::Contains(name) &&
+                         Catch::Contains(std::strerror(EFBIG)));
+    CHECK(unfinished_saves(dir.path) == 0);
+    CHECK(find_checkpoint(dir.path) == (fs::path(dir.path) / "step_00000002").string());
+    ck.save();
+    ck.wait();
+    CHECK(find_checkpoint(dir.path) == (fs::path(dir.path) / "step_00000004").string());
+    CHECK(unfinished_saves(dir.path) == 0);
+  }
+}
+
+TEST_CASE("A save removes the unfinished folders a killed job left before it writes") {
+  auto world = comm::make_mpi_communicator();
+  RunSpec spec;
+  TempDir dir;
+  auto e = fresh(*world, spec);
+  // What a job killed during a save leaves: a hidden folder with part of a piece file.
+  if (world->rank() == 0) {
+    fs::create_directories(fs::path(dir.path) / ".partial-step_00000009");
+    std::ofstream(fs::path(dir.path) / ".partial-step_00000009" / "rank_00000.bin") << "part";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  // The save fails on every rank (the hook: the disk is full at once), and still the old folder
+  // is gone: it went before the save wrote.
+  ::setenv("ZERO_CKPT_FAIL_AFTER_BYTES", "0", 1);
+  Checkpointer ck(*e, dir.path, {.background = false});
+  CHECK_THROWS_WITH(ck.save(), Catch::Contains("the disk is full"));
+  ::unsetenv("ZERO_CKPT_FAIL_AFTER_BYTES");
+  CHECK(unfinished_saves(dir.path) == 0);
 }
 
 TEST_CASE("Saves keep the newest checkpoints and point latest at the last") {
