@@ -194,7 +194,8 @@ int ckpt_export(const Args& argv) {
 Writes the checkpoint's fp32 master weights (not the Adam moments) to one safetensors file,
 streamed: the header from meta.json, then each tensor read in slices (checksums verified) and
 written. Memory: the slice buffer plus, for a transposed tensor, that one parameter. The file is
-written as FILE.tmp and renamed once complete and synced.
+written as FILE.tmp and renamed once complete and synced. FILE must be new or a regular file (a
+symlink is followed to one); a folder, device or FIFO is refused.
 
 )" << opts;
     return 0;
