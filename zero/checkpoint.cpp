@@ -305,7 +305,9 @@ void remove_failed_save(const SaveJob& j) {
   std::error_code ec;
   for (const char* ext : {"bin", "json", "json.tmp", "failed"})
     fs::remove(fs::path(j.staging) / rank_name(j.rank, ext), ec);
-  if (j.commits) fs::remove_all(j.staging, ec);
+  // Again if another rank's removal raced this one's listing.
+  for (int attempt = 0; j.commits && attempt < 3 && fs::exists(j.staging, ec); ++attempt)
+    fs::remove_all(j.staging, ec);
 }
 
 // Rank 0, before a save: the hidden folders of saves that never finished (a killed job's) go
