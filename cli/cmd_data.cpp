@@ -81,8 +81,6 @@ compressed text:
         "give the text to turn into tokens: zero data INPUT --out PREFIX ('-' reads "
         "standard input)");
   if (prefix.empty()) throw Error("--out PREFIX is required: where PREFIX_train.bin goes");
-  (void)check_output_path(prefix + "_train.bin", "--out");
-  if (val_fraction > 0) (void)check_output_path(prefix + "_val.bin", "--out");
   if (!(val_fraction >= 0 && val_fraction < 1))
     throw Error(cat("--val-fraction must be at least 0 and less than 1, got ", val_fraction));
 
@@ -98,6 +96,9 @@ compressed text:
       !std::filesystem::create_directories(folder, ec))
     throw Error(cat("--out ", prefix, ": cannot make the folder '", folder.string(), "': ",
                     ec ? ec.message() : "it exists and is not a folder"));
+  // Both files checked before either is written (a FIFO or device is refused, never opened).
+  (void)check_output_path(prefix + "_train.bin", "--out");
+  if (val > 0) (void)check_output_path(prefix + "_val.bin", "--out");
   const std::span<const std::uint16_t> all(tokens);
   write_shard(prefix + "_train.bin", all.first(all.size() - val));
   if (val > 0) write_shard(prefix + "_val.bin", all.last(val));
