@@ -194,7 +194,8 @@ int ckpt_export(const Args& argv) {
 Writes the checkpoint's fp32 master weights (not the Adam moments) to one safetensors file,
 streamed: the header from meta.json, then each tensor read in slices (checksums verified) and
 written. Memory: the slice buffer plus, for a transposed tensor, that one parameter. The file is
-written as FILE.tmp and renamed once complete and synced.
+written as FILE.tmp and renamed once complete and synced. FILE must be new or a regular file (a
+symlink is followed to one); a folder, device or FIFO is refused.
 
 )" << opts;
     return 0;
@@ -211,6 +212,7 @@ written as FILE.tmp and renamed once complete and synced.
     throw Error(cat("--names: '", names, "' is not one of hf, zero, auto"));
   if (buffer_mib < 1) throw Error(cat("--buffer-mib must be at least 1, got ", buffer_mib));
   if (out.empty()) throw Error("--out FILE is required: the safetensors file to write");
+  (void)check_output_path(out, "--out");
   options.buffer_bytes = buffer_mib << 20;
 
   const CheckpointMeta meta = read_checkpoint_meta(find_checkpoint(dir));

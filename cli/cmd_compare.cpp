@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -311,6 +310,7 @@ bool parse_compare_flags(const Args& argv, Flags& f, CompareFlags& c,
   }
   if (c.warmup < 0) throw Error(cat("--warmup must be >= 0, got ", c.warmup));
   if (vm.count("chart") && c.chart.empty()) throw Error("--chart: the file name is empty");
+  if (vm.count("chart")) (void)check_output_path(c.chart, "--chart");
   // --steps is the measured steps here; 8 unless given.
   if (vm["steps"].defaulted()) f.steps = 8;
   check_flags(f, vm);
@@ -371,9 +371,7 @@ void report(const Flags& f, const CompareFlags& c, const Run& run, int n, bool o
                           {"peak_source", peak.source},
                           {"weights_agree_bitwise", same},
                           {"stages", stages_json}};
-    std::ofstream out(f.json_file);
-    out << boost::json::serialize(j) << '\n';
-    if (!out) throw Error(cat("--json: cannot write ", f.json_file));
+    write_output_file(f.json_file, boost::json::serialize(j) + '\n', "--json");
   }
 }
 

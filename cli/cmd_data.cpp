@@ -16,6 +16,7 @@
 #include "cli/options.hpp"
 #include "models/tokens.hpp"
 #include "base/error.hpp"
+#include "zero/output_file.hpp"
 
 namespace zero::cli {
 namespace {
@@ -95,6 +96,9 @@ compressed text:
       !std::filesystem::create_directories(folder, ec))
     throw Error(cat("--out ", prefix, ": cannot make the folder '", folder.string(), "': ",
                     ec ? ec.message() : "it exists and is not a folder"));
+  // Both files checked before either is written (a FIFO or device is refused, never opened).
+  (void)check_output_path(prefix + "_train.bin", "--out");
+  if (val > 0) (void)check_output_path(prefix + "_val.bin", "--out");
   const std::span<const std::uint16_t> all(tokens);
   write_shard(prefix + "_train.bin", all.first(all.size() - val));
   if (val > 0) write_shard(prefix + "_val.bin", all.last(val));

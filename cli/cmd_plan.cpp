@@ -8,7 +8,6 @@
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <optional>
@@ -181,10 +180,6 @@ boost::json::object to_json(const Plan& p, const PlanInput& in, std::optional<st
   return o;
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path);
-  if (!f || !(f << text)) throw Error(cat("cannot write '", path, "'"));
-}
 
 // What the planner answers, one entry per stage.
 struct Answers {
@@ -279,7 +274,7 @@ void write_json(const std::string& json_file, const PlanInput& in, const Answers
   if (json_file == "-") {
     std::cout << j;
   } else {
-    write_file(json_file, j);
+    write_output_file(json_file, j, "--json");
     std::cout << "wrote " << json_file << '\n';
   }
 }
@@ -320,6 +315,8 @@ int cmd_plan(const Args& argv) {
   if (vm.count("list-clusters")) return list_clusters(), 0;
 
   require_at_least("--ranks", f.ranks, 1);
+  if (vm.count("json") && f.json_file != "-") (void)check_output_path(f.json_file, "--json");
+  if (vm.count("plot")) (void)check_output_path(f.plot_file, "--plot");
   const Config config = load_plan_config(vm, f);
   if (vm.count("ranks-per-node")) require_at_least("--ranks-per-node", f.per_node, 1);
   const Config flagged = with_flags(vm, f, config);
@@ -362,7 +359,7 @@ int cmd_plan(const Args& argv) {
     std::cout << text.str() << terms.str();
   if (!f.json_file.empty()) write_json(f.json_file, in, a, budget, timing);
   if (!f.plot_file.empty()) {
-    write_file(f.plot_file, plot_svg(in, stages, budget));
+    write_output_file(f.plot_file, plot_svg(in, stages, budget), "--plot");
     (json_stdout ? std::cerr : std::cout) << "wrote " << f.plot_file << '\n';
   }
   return 0;

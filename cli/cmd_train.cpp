@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <limits>
 #include <optional>
@@ -357,11 +356,11 @@ void print_summary(const Trainer& t, const Trained& r, const Measured& m) {
 
 // --plot: the loss against the step, as SVG (rank 0).
 void write_plot(const Trainer& t, const Trained& r) {
-  std::ofstream out(t.f.plot_file);
-  out << loss_svg(r.throughput.history,
-                  cat("zero train: ", t.model.describe(), ", stage ", t.run.config.zero.stage,
-                      ", ", t.n, t.n == 1 ? " rank" : " ranks"));
-  if (!out) throw Error(cat("--plot: cannot write ", t.f.plot_file));
+  write_output_file(t.f.plot_file,
+                    loss_svg(r.throughput.history,
+                             cat("zero train: ", t.model.describe(), ", stage ",
+                                 t.run.config.zero.stage, ", ", t.n, t.n == 1 ? " rank" : " ranks")),
+                    "--plot");
 }
 
 // --json: the summary as one JSON object (rank 0).
@@ -425,9 +424,7 @@ void write_json(const Trainer& t, const Trained& r, const Measured& m,
   add_throughput_json(j, r.throughput);
   if (resumed) j["resumed_from"] = resumed->path;
   if (t.checkpointer) j["checkpoints"] = saves_json(t.checkpointer->completed(), r.save_stalls);
-  std::ofstream out(t.f.json_file);
-  if (!out) throw Error(cat("cannot write ", t.f.json_file));
-  out << boost::json::serialize(j) << '\n';
+  write_output_file(t.f.json_file, boost::json::serialize(j) + '\n', "--json");
 }
 
 }  // namespace

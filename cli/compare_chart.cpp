@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 namespace zero::cli {
 namespace {
@@ -135,14 +134,12 @@ std::string compare_svg(const std::vector<StageResult>& rs, const std::string& t
 
 std::vector<std::string> write_compare_chart(const std::vector<StageResult>& results,
                                              const std::string& path, const std::string& title) {
-  {
-    std::ofstream out(path);
-    out << compare_svg(results, title);
-    if (!out) throw Error(cat("--chart: cannot write ", path));
-  }
+  write_output_file(path, compare_svg(results, title), "--chart");
   std::vector<std::string> written{path};
   const std::string png = std::filesystem::path(path).replace_extension(".png").string();
   if (png == path) return written;
+  // The converters write the PNG in place: only over a new or regular file (never a FIFO's open).
+  (void)check_output_path(png, "--chart's PNG");
   // A converter, where one is installed: rsvg-convert (librsvg2-bin), else ImageMagick. Run
   // without a shell, so that no file name is ever read as shell syntax.
   for (const std::vector<std::string>& command :

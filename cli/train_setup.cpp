@@ -175,6 +175,9 @@ void check_file_flags(const Flags& f, const boost::program_options::variables_ma
   if (vm.count("config") && f.config_file.empty()) throw Error("--config: the file name is empty");
   if (vm.count("json") && f.json_file.empty()) throw Error("--json: the file name is empty");
   if (vm.count("plot") && f.plot_file.empty()) throw Error("--plot: the file name is empty");
+  // Said before any rank starts, not after the run (the write checks again).
+  if (vm.count("json")) (void)check_output_path(f.json_file, "--json");
+  if (vm.count("plot")) (void)check_output_path(f.plot_file, "--plot");
   if (vm.count("save") && f.ckpt.save.empty()) throw Error("--save: the folder name is empty");
   if (vm.count("resume") && f.ckpt.resume.empty())
     throw Error("--resume: the folder name is empty");

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "base/error.hpp"
+#include "zero/output_file.hpp"
 
 namespace zero::models {
 
@@ -56,19 +57,6 @@ std::int64_t first_outside(const T* tokens, std::int64_t n, std::uint64_t vocab)
       if (tokens[i] >= vocab) return i;
   }
   return -1;
-}
-
-// False (errno set) when a write fails; retries partial and interrupted writes.
-bool write_all(int fd, const void* data, std::size_t bytes) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return false;
-    p += n;
-    bytes -= static_cast<std::size_t>(n);
-  }
-  return true;
 }
 
 }  // namespace
@@ -251,21 +239,11 @@ void write_llmc_shard(const std::string& path, std::span<const std::uint16_t> to
                     " tokens exceed an llm.c header's int32 count; split them into shards"));
   std::int32_t header[kHeaderInts] = {kGpt2Magic, kGpt2Version,
                                       static_cast<std::int32_t>(tokens.size())};
-  const std::string tmp = path + ".tmp";
-  auto fail = [&](const char* doing) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw Error(cat("cannot write ", quoted(path), ": ", doing, " '", tmp,
-                    "' failed: ", std::strerror(err)));
-  };
-  Fd out{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-  if (out.fd < 0) fail("creating");
-  if (!write_all(out.fd, header, sizeof header) ||
-      !write_all(out.fd, tokens.data(), tokens.size_bytes()))
-    fail("writing");
-  if (::fsync(out.fd) != 0) fail("flushing");
-  if (::close(std::exchange(out.fd, -1)) != 0) fail("closing");
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("renaming");
+  // A new or regular file only, through a temporary renamed once complete (zero/output_file.hpp).
+  OutputFile out(path);
+  out.write(header, sizeof header);
+  out.write(tokens.data(), tokens.size_bytes());
+  out.commit();
 }
 
 }  // namespace zero::models

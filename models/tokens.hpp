@@ -118,6 +118,7 @@ class TokenSampler {
 
 // Writes `tokens` as an llm.c GPT-2 shard (version 1, uint16) at `path`, atomically: into
 // path + ".tmp", flushed to disk, then renamed over `path`, so a failure never leaves a half file.
+// `path` must be new or a regular file (zero/output_file.hpp: a device or FIFO is refused).
 void write_llmc_shard(const std::string& path, std::span<const std::uint16_t> tokens);
 
 }  // namespace zero::models

@@ -298,6 +298,26 @@ void commit(SaveJob& j) {
   }
 }
 
+// A save that failed, once every rank knows it (no writer thread is running): each rank removes
+// the files it made in the staging folder (on a disk that is not shared, the only copy), then rank
+// 0 the folder it made. Best effort: the sentence of the failure is what the caller gets.
+void remove_failed_save(const SaveJob& j) {
+  std::error_code ec;
+  for (const char* ext : {"bin", "json", "json.tmp", "failed"})
+    fs::remove(fs::path(j.staging) / rank_name(j.rank, ext), ec);
+  // Again if another rank's removal raced this one's listing.
+  for (int attempt = 0; j.commits && attempt < 3 && fs::exists(j.staging, ec); ++attempt)
+    fs::remove_all(j.staging, ec);
+}
+
+// Rank 0, before a save: the hidden folders of saves that never finished (a killed job's) go
+// first, so that on a nearly full disk they do not take the room the new one needs.
+void remove_unfinished_saves(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().starts_with(".partial-")) fs::remove_all(e.path(), ec);
+}
+
 void run_job(SaveJob& j) {
   try {
     if (j.writer) write_pieces(j);
@@ -337,8 +357,12 @@ Checkpointer::Checkpointer(Engine& engine, std::string folder, CheckpointOptions
 
 Checkpointer::~Checkpointer() {
   if (state_->thread.joinable()) state_->thread.join();
-  if (state_->job && !state_->job->error.empty())
+  if (state_->job && !state_->job->error.empty()) {
     std::cerr << "zero: checkpoint: " << state_->job->error << '\n';
+    // Rank 0 only: its commit has read every writer's outcome (or given up), while another rank's
+    // note of its failure may not have been read yet.
+    if (state_->job->commits) remove_failed_save(*state_->job);
+  }
 }
 
 const std::string& Checkpointer::folder() const {
@@ -352,7 +376,10 @@ std::optional<SaveResult> Checkpointer::wait() {
   if (state_->options.keep_buffer) state_->buffer = std::move(job->buffer);
   EngineState s = CheckpointAccess::state(state_->engine);
   const std::string error = agree(s, job->error, job->error_is_another_ranks);
-  if (!error.empty()) throw Error(cat("checkpoint save failed: ", error));
+  if (!error.empty()) {
+    remove_failed_save(*job);
+    throw Error(cat("checkpoint save failed: ", error));
+  }
   state_->completed.push_back(job->result);
   return job->result;
 }
@@ -390,6 +417,7 @@ void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
   if (s.rank() == 0) {
     std::error_code ec;
     fs::create_directories(j.dir, ec);
+    if (!ec) remove_unfinished_saves(j.dir);
     if (!ec) fs::remove_all(j.staging, ec);
     if (!ec) fs::create_directories(j.staging, ec);
     if (ec) error = cat("cannot make the checkpoint folder ", j.staging, ": ", ec.message());

@@ -250,7 +250,7 @@ std::vector<float> SafetensorsFile::read(std::string_view name) {
 SafetensorsWriter::SafetensorsWriter(
     std::string path, std::vector<SafetensorsEntry> tensors,
     const std::vector<std::pair<std::string, std::string>>& metadata)
-    : path_(std::move(path)), tmp_(path_ + ".tmp"), tensors_(std::move(tensors)) {
+    : path_(std::move(path)), tensors_(std::move(tensors)) {
   json::object header;
   if (!metadata.empty()) {
     json::object m;
@@ -283,35 +283,16 @@ SafetensorsWriter::SafetensorsWriter(
   std::string text = json::serialize(header);
   // The length field is 8 bytes, so a header padded to a multiple of 8 starts the data aligned.
   text.append((8 - text.size() % 8) % 8, ' ');
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw Error(cat("cannot create ", tmp_, ": ", std::strerror(errno)));
+  out_.emplace(path_);
   const std::uint64_t n = text.size();
-  try {
-    write_bytes(&n, 8);
-    write_bytes(text.data(), text.size());
-  } catch (...) {
-    ::close(fd_);
-    ::unlink(tmp_.c_str());
-    throw;
-  }
+  write_bytes(&n, 8);
+  write_bytes(text.data(), text.size());
 }
 
-SafetensorsWriter::~SafetensorsWriter() {
-  if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(tmp_.c_str());
-}
+SafetensorsWriter::~SafetensorsWriter() = default;
 
 void SafetensorsWriter::write_bytes(const void* data, std::size_t bytes) {
-  const auto* p = static_cast<const char*>(data);
-  std::size_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = ::write(fd_, p + done, bytes - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0)
-      throw Error(cat("cannot write ", tmp_, ": ", std::strerror(errno),
-                      errno == ENOSPC ? " (the disk is full)" : ""));
-    done += static_cast<std::size_t>(n);
-  }
+  out_->write(data, bytes);
   written_ += static_cast<std::int64_t>(bytes);
 }
 
@@ -353,20 +334,7 @@ void SafetensorsWriter::commit() {
   if (current_ < tensors_.size())
     throw Error(cat(path_, ": tensor '", tensors_[current_].name, "' has ", filled_, " of its ",
                     numels_[current_], " values; the file is incomplete"));
-  if (::fsync(fd_) != 0) throw Error(cat("cannot sync ", tmp_, ": ", std::strerror(errno)));
-  const int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) throw Error(cat("cannot close ", tmp_, ": ", std::strerror(errno)));
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0)
-    throw Error(cat("cannot rename ", tmp_, " to ", path_, ": ", std::strerror(errno)));
-  committed_ = true;
-  // The rename is durable once the folder is synced.
-  std::string folder = fs::path(path_).parent_path().string();
-  if (folder.empty()) folder = ".";
-  if (const int dfd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  out_->commit();
 }
 
 }  // namespace zero

@@ -20,6 +20,7 @@
 
 #include "precision/dtype.hpp"
 #include "zero/checkpoint_format.hpp"
+#include "zero/output_file.hpp"
 
 namespace zero {
 
@@ -83,14 +84,16 @@ struct SafetensorsEntry {
 };
 
 // Writes a safetensors file in one pass, tensors in the order given: the header first (it needs
-// only names, dtypes and shapes), then values appended as they come. The file is written as
-// `path`.tmp and takes its name only in commit(), after an fsync: a half-written file never has
-// the final name. Not thread-safe.
+// only names, dtypes and shapes), then values appended as they come. The file is written through
+// OutputFile (zero/output_file.hpp): `path` must be new or a regular file (a symlink is followed),
+// the bytes go to `path`.tmp and it takes its name only in commit(), after an fsync: a
+// half-written file never has the final name. Not thread-safe.
 class SafetensorsWriter {
  public:
   // Creates `path`.tmp (replacing a stale one) and writes the header, padded with spaces so the
   // data starts at a multiple of 8 bytes. Throws zero::Error on a duplicate or empty name, a
-  // dtype other than f32, bf16 or f16, or a file that cannot be written.
+  // dtype other than f32, bf16 or f16, a `path` that is a folder, device, FIFO or socket, or a
+  // file that cannot be written.
   SafetensorsWriter(std::string path, std::vector<SafetensorsEntry> tensors,
                     const std::vector<std::pair<std::string, std::string>>& metadata = {});
   // Removes the temporary file unless commit() completed.
@@ -111,9 +114,8 @@ class SafetensorsWriter {
  private:
   void write_bytes(const void* data, std::size_t bytes);
   void reserve_converted(std::size_t bytes);
-  std::string path_, tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
+  std::string path_;
+  std::optional<OutputFile> out_;
   std::vector<SafetensorsEntry> tensors_;
   std::vector<std::int64_t> numels_;
   std::size_t current_ = 0;   // the tensor being written

@@ -24,6 +24,7 @@ void check_output(const std::string& out) {
   if (!folder.empty() && !fs::is_directory(folder, ec))
     throw Error(cat("export: the folder of ", out, " (", folder.string(), ") does not exist",
                     fs::exists(folder, ec) ? " as a folder" : "", "; make it first"));
+  (void)check_output_path(out, "export:");  // a device, FIFO or socket is never replaced
 }
 
 struct Item {

@@ -16,6 +16,7 @@
 #include "zero/layout.hpp"
 #include "zero/ledger.hpp"
 #include "zero/planner.hpp"
+#include "zero/output_file.hpp"
 #include "zero/safetensors.hpp"
 #include "zero/lr_schedule.hpp"
 #include "zero/time_model.hpp"

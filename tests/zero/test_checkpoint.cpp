@@ -1,58 +1,11 @@
 // Checkpoints under mpirun (1 to 4 ranks): bitwise resume, loading at another rank count and
-// stage, atomic saves, and one sentence for every bad checkpoint with the state left untouched.
-#include <mpi.h>
-#include <unistd.h>
-
-#include <catch2/catch.hpp>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-
-#include "tests/zero/engine_harness.hpp"
-#include "tests/zero/shared_temp_dir.hpp"
-#include "zero/zero.hpp"
+// stage, and one sentence for every bad checkpoint with the state left untouched (saves:
+// test_checkpoint_saves.cpp).
+#include "tests/zero/checkpoint_helpers.hpp"
 
 namespace zero {
 namespace {
-namespace fs = std::filesystem;
-using testing::make_config;
-using testing::RunSpec;
-
-using testing::quiet;
-using TempDir = testing::SharedTempDir;
-
-// Trains steps [from, to) of the reference MLP (the same samples at any rank count).
-std::vector<double> train(Engine& e, models::MlpTrainer& t, const RunSpec& spec, std::int64_t from,
-                          std::int64_t to) {
-  const int n = e.ranks(), r = e.rank();
-  const std::int64_t G = spec.shape.global_batch, micro = G / (n * spec.accumulation);
-  std::vector<double> losses;
-  for (std::int64_t s = from; s < to; ++s) {
-    double loss = 0;
-    for (std::int64_t k = 0; k < spec.accumulation; ++k)
-      loss += t.micro_batch(e, s * G + r * (G / n) + k * micro);
-    e.step();
-    losses.push_back(loss);
-  }
-  return losses;
-}
-
-std::int64_t micro_of(const RunSpec& spec, int n) {
-  return spec.shape.global_batch / (n * spec.accumulation);
-}
-
-std::vector<std::vector<float>> masters(Engine& e) {
-  std::vector<std::vector<float>> out;
-  for (int p = 0; p < static_cast<int>(e.layout().params.size()); ++p)
-    out.push_back(e.gather_master(p));
-  return out;
-}
-
-void init(Engine& e, const RunSpec& spec) {
-  e.init_params([&](int p, std::span<float> out) { models::mlp_init(spec.shape, p, out); });
-}
+using namespace checkpoint_test;
 
 TEST_CASE(
     "Resuming from a checkpoint gives bitwise the weights and losses of a run that never stopped") {
@@ -188,20 +141,6 @@ TEST_CASE(
 }
 
 // The reference MLP under a spec, its weights set, for the error cases.
-std::unique_ptr<Engine> fresh(comm::Communicator& w, const RunSpec& spec) {
-  auto e = std::make_unique<Engine>(make_config(spec), w, models::mlp_units(spec.shape), quiet());
-  init(*e, spec);
-  return e;
-}
-
-std::string load_error(Engine& e, const std::string& path) {
-  try {
-    load_checkpoint(e, path);
-  } catch (const Error& err) {
-    return err.what();
-  }
-  return "(no error)";
-}
 
 TEST_CASE("A checkpoint of another model is refused naming the parameter, and nothing is loaded") {
   auto world = comm::make_mpi_communicator();
@@ -331,95 +270,6 @@ TEST_CASE("A folder without a complete checkpoint is refused in one sentence") {
   if (world->rank() == 0) fs::create_directories(fs::path(dir.path) / "step_00000007");
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK_THAT(load_error(*e, dir.path), Catch::Contains("1 unfinished save is there"));
-}
-
-TEST_CASE(
-    "A save that fails for a full disk names the file on every rank and keeps the last "
-    "checkpoint") {
-  auto world = comm::make_mpi_communicator();
-  const int n = world->size();
-  RunSpec spec;
-  spec.stage = 1;
-  for (const bool background : {true, false}) {
-    CAPTURE(background);
-    TempDir dir;
-    auto e = fresh(*world, spec);
-    models::MlpTrainer t(spec.shape, micro_of(spec, n));
-    train(*e, t, spec, 0, 2);
-    Checkpointer ck(*e, dir.path, {.background = background});
-    ck.save();
-    ck.wait();  // the hook below is read by the writer thread: this save must be on disk first
-    const auto at_2 = masters(*e);
-    train(*e, t, spec, 2, 4);
-    // The last rank's disk fills after 100 bytes of its piece file.
-    if (world->rank() == n - 1) ::setenv("ZERO_CKPT_FAIL_AFTER_BYTES", "100", 1);
-    std::string what = "(no error)";
-    try {
-      ck.save();
-      ck.wait();
-    } catch (const Error& err) {
-      what = err.what();
-    }
-    ::unsetenv("ZERO_CKPT_FAIL_AFTER_BYTES");
-    char name[32];
-    std::snprintf(name, sizeof name, "rank_%05d.bin", n - 1);
-    CHECK_THAT(what, Catch::Contains("disk is full") && Catch::Contains(name) &&
-                         Catch::Contains(cat("rank ", n - 1)));
-    CHECK(find_checkpoint(dir.path) == (fs::path(dir.path) / "step_00000002").string());
-    std::ifstream latest(fs::path(dir.path) / "latest");
-    std::string line;
-    std::getline(latest, line);
-    CHECK(line == "step_00000002");
-    auto again = fresh(*world, spec);
-    CHECK(load_checkpoint(*again, dir.path).step == 2);
-    CHECK(masters(*again) == at_2);
-    // The next save succeeds and clears the unfinished one.
-    ck.save();
-    ck.wait();
-    CHECK(find_checkpoint(dir.path) == (fs::path(dir.path) / "step_00000004").string());
-    MPI_Barrier(MPI_COMM_WORLD);
-    int partial = 0;
-    for (const auto& entry : fs::directory_iterator(dir.path))
-      partial += entry.path().filename().string().starts_with(".partial-");
-    CHECK(partial == 0);
-  }
-}
-
-TEST_CASE("Saves keep the newest checkpoints and point latest at the last") {
-  auto world = comm::make_mpi_communicator();
-  RunSpec spec;
-  spec.stage = 3;
-  TempDir dir;
-  auto e = fresh(*world, spec);
-  models::MlpTrainer t(spec.shape, micro_of(spec, world->size()));
-  Checkpointer ck(*e, dir.path, {.keep = 2});
-  for (int s = 0; s < 4; ++s) {
-    train(*e, t, spec, s, s + 1);
-    ck.save(cat("{\"step\": ", s + 1, "}"));
-  }
-  ck.wait();
-  MPI_Barrier(MPI_COMM_WORLD);
-  std::vector<std::int64_t> steps;
-  for (const auto& [step, path] : list_checkpoints(dir.path)) steps.push_back(step);
-  CHECK(steps == std::vector<std::int64_t>{3, 4});
-  std::ifstream latest(fs::path(dir.path) / "latest");
-  std::string line;
-  std::getline(latest, line);
-  CHECK(line == "step_00000004");
-  CHECK(read_checkpoint_meta((fs::path(dir.path) / line).string()).trainer == R"({"step":4})");
-}
-
-TEST_CASE("A save between the micro-batches of a step is refused") {
-  auto world = comm::make_mpi_communicator();
-  RunSpec spec;
-  spec.accumulation = 2;
-  spec.shape.global_batch = 48;
-  auto e = fresh(*world, spec);
-  models::MlpTrainer t(spec.shape, micro_of(spec, world->size()));
-  t.micro_batch(*e, world->rank() * micro_of(spec, world->size()));
-  TempDir dir;
-  Checkpointer ck(*e, dir.path);
-  CHECK_THROWS_WITH(ck.save(), Catch::Contains("between optimizer steps only"));
 }
 
 }  // namespace
