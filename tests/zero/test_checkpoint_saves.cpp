@@ -6,6 +6,16 @@ namespace zero {
 namespace {
 using namespace checkpoint_test;
 
+// The hidden folders a save left in `dir`, counted once every rank is past the save.
+int unfinished_saves(const std::string& dir) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  int partial = 0;
+  for (const auto& entry : fs::directory_iterator(dir))
+    partial += entry.path().filename().string().starts_with(".partial-");
+  MPI_Barrier(MPI_COMM_WORLD);  // no rank starts its next save while another is listing
+  return partial;
+}
+
 TEST_CASE(
     "A save that fails for a full disk names the file on every rank and keeps the last "
     "checkpoint") {
@@ -50,22 +60,8 @@ TEST_CASE(
     ck.save();
     ck.wait();
     CHECK(find_checkpoint(dir.path) == (fs::path(dir.path) / "step_00000004").string());
-    MPI_Barrier(MPI_COMM_WORLD);
-    int partial = 0;
-    for (const auto& entry : fs::directory_iterator(dir.path))
-      partial += entry.path().filename().string().starts_with(".partial-");
-    CHECK(partial == 0);
+    CHECK(unfinished_saves(dir.path) == 0);
   }
-}
-
-// The hidden folders a save left in `dir`, counted once every rank is past the save.
-int unfinished_saves(const std::string& dir) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  int partial = 0;
-  for (const auto& entry : fs::directory_iterator(dir))
-    partial += entry.path().filename().string().starts_with(".partial-");
-  MPI_Barrier(MPI_COMM_WORLD);  // no rank starts its next save while another is listing
-  return partial;
 }
 
 TEST_CASE(
