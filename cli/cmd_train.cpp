@@ -20,6 +20,7 @@
 #include "cli/fill_auto.hpp"
 #include "cli/launch.hpp"
 #include "cli/options.hpp"
+#include "cli/rank_memory.hpp"
 #include "cli/train_checkpoint.hpp"
 #include "cli/train_model.hpp"
 #include "cli/train_report.hpp"
@@ -256,9 +257,6 @@ double diff_pct(std::int64_t planned, std::int64_t measured) {
                        : 100.0 * double(planned - measured) / double(measured);
 }
 
-constexpr const char* kMemoryKeys[] = {"master",  "optimizer", "grads",
-                                       "params",  "buffers",   "peak_total"};
-
 // What the engine measured after the loop, and what the planner predicted.
 struct Measured {
   comm::Accounting acct;
@@ -266,7 +264,7 @@ struct Measured {
   bool grouped = false;  // hierarchical sharding or hpZ: traffic by group is reported
   MemoryReport mem;
   std::uint64_t checksum = 0;
-  std::vector<std::int64_t> all;  // every rank's memory, 6 kMemoryKeys a rank
+  std::vector<std::int64_t> all;  // every rank's memory, kRankMemoryKeys a rank
   std::vector<Row> rows;          // planned vs measured, rank 0's
 };
 
@@ -290,9 +288,7 @@ Measured measure(const Trainer& t, World& world) {
   m.mem = engine.memory();
   m.checksum = engine.master_checksum();
   const MemoryReport& mem = m.mem;
-  const std::int64_t mine[6] = {mem.master, mem.optimizer, mem.grads,
-                                mem.params, mem.buffers,   mem.peak_total};
-  m.all = world.all_gather(mine);
+  m.all = gather_rank_memory(world, mem);
   // What the planner predicted for this very run, beside what the ledger measured (rank 0's).
   const Plan plan = plan_memory(plan_input_of(t.run.config, t.n, t.model, t.on_gpu));
   m.rows = {
@@ -311,26 +307,13 @@ Measured measure(const Trainer& t, World& world) {
 // (rank 0).
 void print_summary(const Trainer& t, const Trained& r, const Measured& m) {
   const std::int64_t run_steps = t.run_steps(), start = t.start, steps = t.run.steps;
-  const int n = t.n;
-  const std::vector<std::int64_t>& all = m.all;
-  const char* const* keys = kMemoryKeys;
   std::printf(
       "\nsummary: loss %.6f -> %.6f in %lld steps%s (%lld skipped), %.3f s/step, checksum %s\n",
       r.first_loss, r.loss, static_cast<long long>(run_steps),
       start > 0 ? cat(" (", start + 1, "..", steps, ")").c_str() : "",
       static_cast<long long>(r.skipped), r.seconds / run_steps, hex16(m.checksum).c_str());
   if (t.checkpointer) print_saves(t.checkpointer->completed(), r.save_stalls, human_bytes);
-  std::printf("\nmemory per rank      %12s %12s %12s %12s %12s %12s\n", keys[0], keys[1], keys[2],
-              keys[3], keys[4], "peak total");
-  for (int rk = 0; rk < n; ++rk) {
-    std::printf("  rank %-14d", rk);
-    for (int k = 0; k < 6; ++k) std::printf(" %12s", human_bytes(double(all[6 * rk + k])).c_str());
-    std::printf("\n");
-  }
-  const double psi = static_cast<double>(t.engine.layout().numel);
-  std::printf(
-      "  (model states = params + grads + master + optimizer = %.2f bytes/param on rank 0)\n",
-      double(all[0] + all[1] + all[2] + all[3]) / psi);
+  print_rank_memory(m.all, static_cast<double>(t.engine.layout().numel), human_bytes);
   std::printf("\nplanned vs measured (rank 0; `zero plan` predicts this before a run)\n");
   std::printf("  %-14s %12s %12s %9s\n", "category", "planned", "measured", "diff");
   for (const Row& row : m.rows)
@@ -352,6 +335,7 @@ void print_summary(const Trainer& t, const Trained& r, const Measured& m) {
         human_bytes(double(group_bytes(m.by_group.secondary, run_steps))).c_str(),
         human_bytes(double(group_bytes(m.by_group.world, run_steps))).c_str());
   print_throughput(r.throughput, human_bytes);
+  print_collectives_legend();
 }
 
 // --plot: the loss against the step, as SVG (rank 0).
@@ -370,12 +354,7 @@ void write_json(const Trainer& t, const Trained& r, const Measured& m,
   const int n = t.n;
   const Config& config = t.run.config;
   const Layout& layout = t.engine.layout();
-  boost::json::array memory;
-  for (int rk = 0; rk < n; ++rk) {
-    boost::json::object o;
-    for (int k = 0; k < 6; ++k) o[kMemoryKeys[k]] = m.all[6 * rk + k];
-    memory.push_back(o);
-  }
+  const boost::json::array memory = rank_memory_json(m.all);
   // Per step; the final checksum's gathers come after `acct` was read.
   auto per_step = [&](comm::Op op) {
     return m.acct[op].payload_bytes / static_cast<std::uint64_t>(run_steps);

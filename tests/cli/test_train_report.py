@@ -33,6 +33,29 @@ check("the text splits the step time into its five parts in ms and %",
       "step time (rank 0):" in out and all(f" {p} " in out for p in PARTS) and "%)" in out, out)
 check("the text lists the collectives per step", "collectives per step" in out
       and "reduce_scatter" in out and "all_gather" in out, out)
+check("the text says what the collectives table's payload, wire and in-flight columns count",
+      "(payload: the buffer a collective works on; wire: the bytes this rank itself sent" in out
+      and "in flight: from issue to completion" in out, out)
+
+# The memory per rank table: the planned vs measured table's categories in its order, activations
+# included, and every row adding up to its peak total.
+lines = out.splitlines()
+head = next((l for l in lines if l.startswith("memory per rank")), "")
+pvm = lines.index(next((l for l in lines if l.startswith("planned vs measured")), lines[0]))
+pvm_rows = [l.split()[0] for l in lines[pvm + 2:pvm + 9]]
+check("memory per rank has the planned vs measured categories, in its order",
+      head.split()[3:] == ["params", "grads", "master", "optimizer", "buffers", "activations",
+                           "peak", "total"] and
+      pvm_rows == ["params", "grads", "master", "optimizer", "buffers", "activations", "peak"],
+      f"{head}\n{pvm_rows}")
+check("memory per rank says its rows add up to the peak and what buffers hold",
+      "(a row adds up to its peak total; buffers: what else was held at the peak" in out, out)
+mem = j.get("memory_bytes", [])
+cats = ("params", "grads", "master", "optimizer", "buffers", "activations")
+check("--json memory_bytes: every rank's categories, activations included, add up to peak_total",
+      len(mem) == 2 and all(all(k in m for k in cats + ("peak_total",)) and
+                            sum(m[k] for k in cats) == m["peak_total"] for m in mem) and
+      all(m["activations"] > 0 for m in mem), mem)
 
 check("measured_steps leaves the first step out", j.get("measured_steps") == STEPS - 1,
       j.get("measured_steps"))
