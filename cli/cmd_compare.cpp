@@ -1,7 +1,10 @@
-// `zero compare`: the same model, data and seed trained at each ZeRO stage in one job, each stage
-// from the same starting state (the same initial weights, or the same checkpoint), a few warm-up
-// steps then measured ones; one table of time, throughput, memory and traffic per stage, whether
-// the stages' weights agree bitwise, --json, and a chart (docs/compare.md).
+// `zero compare`: the same model, data and seed trained at each ZeRO stage in one job, each run
+// from the same starting state (the same initial weights, or the same checkpoint): rounds of
+// short runs, every stage once a round in a rotating order, each a few warm-up steps then
+// measured ones; one table of time (with a 95% interval over the repetitions), throughput,
+// memory and traffic per stage, whether the weights agree bitwise, the verdict (the fastest
+// stage, or no clear winner), a recommendation within --budget, --json and a chart
+// (docs/compare.md).
 #include <algorithm>
 #include <boost/json.hpp>
 #include <boost/program_options.hpp>
@@ -10,12 +13,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.hpp"
 #include "cli/compare_chart.hpp"
+#include "cli/compare_report.hpp"
 #include "cli/launch.hpp"
 #include "cli/options.hpp"
+#include "cli/plan_flags.hpp"
 #include "cli/train_model.hpp"
 #include "cli/train_report.hpp"
 #include "cli/train_setup.hpp"
@@ -47,10 +53,22 @@ double median(std::vector<double> v) {
   return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// One stage's run from the same starting state: warm-up steps, then measured ones.
-StageResult run_stage(const Run& run, const Flags& f, int stage, std::int64_t warmup,
-                      std::int64_t measured, World& whole, bool on_gpu, const Peak& peak,
-                      const std::string& resume, std::int64_t resume_step) {
+// One repetition of one stage: a fresh run from the same starting state, warm-up steps, then
+// measured ones; what rank 0 measured in them.
+struct Repetition {
+  std::vector<double> step_seconds;                 // each measured step
+  StepSplit split;                                  // sums over the measured steps
+  std::array<comm::OpStats, comm::kOpCount> ops{};  // sums over the measured steps
+  MemoryReport memory;
+  std::int64_t peak_most = 0;
+  double final_loss = 0, tokens_per_sample = 1, flops_per_token = 0;
+  std::uint64_t checksum = 0;
+  std::optional<Plan> plan;  // asked for on a stage's first repetition
+};
+
+Repetition run_once(const Run& run, const Flags& f, int stage, std::int64_t warmup,
+                    std::int64_t measured, World& whole, bool on_gpu, bool with_plan,
+                    const std::string& resume, std::int64_t resume_step) {
   comm::Communicator& world = whole.communicator();
   const int n = world.size(), rank = world.rank();
   Config config = run.config;
@@ -78,8 +96,7 @@ StageResult run_stage(const Run& run, const Flags& f, int stage, std::int64_t wa
   engine.reset_comm_accounting();
   StepClock clock(*model, engine, warmup + measured);
   comm::Accounting at_measure;
-  StageResult r;
-  r.stage = stage;
+  Repetition r;
   for (std::int64_t s = 0; s < warmup + measured; ++s) {
     if (s == warmup) at_measure = engine.comm_accounting();
     double local = 0;
@@ -96,173 +113,69 @@ StageResult run_stage(const Run& run, const Flags& f, int stage, std::int64_t wa
     r.split.total += x.total, r.split.compute += x.compute, r.split.wait += x.wait;
     r.split.optimizer += x.optimizer, r.split.data += x.data, r.split.other += x.other;
   }
-  const double m = static_cast<double>(measured);
-  r.split.total /= m, r.split.compute /= m, r.split.wait /= m, r.split.optimizer /= m;
-  r.split.data /= m, r.split.other /= m;
-  r.median = median(r.step_seconds);
-  r.fastest = *std::min_element(r.step_seconds.begin(), r.step_seconds.end());
-  r.slowest = *std::max_element(r.step_seconds.begin(), r.step_seconds.end());
-  const double samples = static_cast<double>(run.shape.global_batch);
-  r.tokens_per_second = samples * static_cast<double>(model->tokens_per_sample()) / r.median;
-  r.samples_per_second = samples / r.median;
-  if (peak.flops > 0 && model->flops_per_token() > 0)
-    r.mfu = r.tokens_per_second * model->flops_per_token() / peak.flops;
   const comm::Accounting all = engine.comm_accounting();
   for (std::size_t op = 0; op < comm::kOpCount; ++op) {
-    r.per_step[op].calls = (all.ops[op].calls - at_measure.ops[op].calls) / measured;
-    r.per_step[op].payload_bytes = (all.ops[op].payload_bytes - at_measure.ops[op].payload_bytes) /
-                                   static_cast<std::uint64_t>(measured);
-    r.per_step[op].seconds = (all.ops[op].seconds - at_measure.ops[op].seconds) / m;
+    r.ops[op].calls = all.ops[op].calls - at_measure.ops[op].calls;
+    r.ops[op].payload_bytes = all.ops[op].payload_bytes - at_measure.ops[op].payload_bytes;
+    r.ops[op].seconds = all.ops[op].seconds - at_measure.ops[op].seconds;
   }
+  r.tokens_per_sample = static_cast<double>(model->tokens_per_sample());
+  r.flops_per_token = model->flops_per_token();
   r.memory = engine.memory();
   r.peak_most = whole.all_max(r.memory.peak_total);
-  r.plan = plan_memory(plan_input_of(config, n, *model, on_gpu));
+  if (with_plan) r.plan = plan_memory(plan_input_of(config, n, *model, on_gpu));
   r.checksum = engine.master_checksum();
   return r;
 }
 
-double mib(std::int64_t b) {
-  return static_cast<double>(b) / 1048576.0;
+// Adds one repetition to its stage's row.
+void add_repetition(StageResult& r, const Repetition& x) {
+  const bool first = r.repetition_seconds.empty();
+  r.step_seconds.insert(r.step_seconds.end(), x.step_seconds.begin(), x.step_seconds.end());
+  r.repetition_seconds.push_back(median(x.step_seconds));
+  r.split.total += x.split.total, r.split.compute += x.split.compute, r.split.wait += x.split.wait;
+  r.split.optimizer += x.split.optimizer, r.split.data += x.split.data;
+  r.split.other += x.split.other;
+  double in_flight = 0;
+  for (std::size_t op = 0; op < comm::kOpCount; ++op) {
+    r.per_step[op].calls += x.ops[op].calls;
+    r.per_step[op].payload_bytes += x.ops[op].payload_bytes;
+    r.per_step[op].seconds += x.ops[op].seconds;
+    in_flight += x.ops[op].seconds;
+  }
+  r.in_flight += in_flight;
+  r.comm += comm_seconds(in_flight, x.split.wait);
+  r.memory = x.memory;
+  r.peak_most = x.peak_most;
+  r.final_loss = x.final_loss;
+  if (x.plan) r.plan = *x.plan;
+  if (first) r.checksum = x.checksum;
+  r.repeats_agree &= x.checksum == r.checksum;
 }
 
-// A row's key: the stage, and the --configs file when there are several.
-std::string key(const StageResult& r) {
-  return r.config.empty() ? std::to_string(r.stage) : cat(r.stage, " ", r.config);
-}
-
-// Whether the runs of each config agree bitwise across the stages, a line per config.
-std::string agreement(const std::vector<StageResult>& rs, bool* all_same = nullptr) {
-  std::string out;
-  bool every = true;
-  for (std::size_t i = 0; i < rs.size(); ++i) {
-    if (i > 0 && rs[i].config == rs[i - 1].config) continue;
-    bool same = true;
-    std::string sums;
-    for (const StageResult& r : rs)
-      if (r.config == rs[i].config) {
-        same &= r.checksum == rs[i].checksum;
-        sums += cat(sums.empty() ? "" : ", ", "stage ", r.stage, " ", hex16(r.checksum));
-      }
-    every &= same;
-    out +=
-        cat("weights after the run", rs[i].config.empty() ? "" : cat(" (", rs[i].config, ")"), ": ",
-            same ? cat("bitwise the same at every stage (checksum ", hex16(rs[i].checksum), ")")
-                 : cat("DIFFERENT across stages (", sums, ")"),
-            "\n");
-  }
-  if (all_same) *all_same = every;
-  return out;
-}
-
-void print_table(const std::vector<StageResult>& rs, const std::string& title, const Peak& peak,
-                 bool tokens) {
-  int w = 6;
-  for (const StageResult& r : rs) w = std::max(w, static_cast<int>(key(r).size()));
-  std::printf("\n%s\n\n", title.c_str());
-  std::printf("%-*s %10s %17s %12s %6s %9s %9s %9s %9s %9s %12s %12s\n", w, "stage", "step ms",
-              "min..max ms", tokens ? "tokens/s" : "samples/s", "MFU", "compute", "exposed",
-              "optim", "comm ms", "MB/step", "peak MiB", "planned MiB");
-  for (const StageResult& r : rs) {
-    double comm_ms = 0, mb = 0;
-    for (const auto& o : r.per_step)
-      comm_ms += 1e3 * o.seconds, mb += static_cast<double>(o.payload_bytes) / 1e6;
-    // MFU needs the model's FLOPs per token (the GPT has them; the MLP says none): "-" then.
-    char mfu[16] = "     -";
-    if (r.mfu > 0) std::snprintf(mfu, sizeof mfu, "%5.1f%%", 100 * r.mfu);
-    std::printf(
-        "%-*s %10.2f %8.2f..%-8.2f %12.0f %6s %9.2f %9.2f %9.2f %9.2f %9.2f %12.2f %12.2f\n", w,
-        key(r).c_str(), 1e3 * r.median, 1e3 * r.fastest, 1e3 * r.slowest,
-        tokens ? r.tokens_per_second : r.samples_per_second, mfu, 1e3 * r.split.compute,
-        1e3 * r.split.wait, 1e3 * r.split.optimizer, comm_ms, mb, mib(r.peak_most),
-        mib(r.plan.peak_total));
-  }
-  std::printf("\nmemory per rank by category, measured (rank 0, MiB; planned in brackets)\n");
-  std::printf("%-*s %16s %16s %16s %16s %16s %16s\n", w, "stage", "params", "grads", "master",
-              "optimizer", "buffers", "activations");
-  for (const StageResult& r : rs) {
-    const MemoryReport& m = r.memory;
-    const PlanBytes& p = r.plan.device;
-    auto cell = [](std::int64_t got, std::int64_t want) {
-      char b[40];
-      std::snprintf(b, sizeof b, "%.2f [%.2f]", mib(got), mib(want));
-      return std::string(b);
-    };
-    std::printf("%-*s %16s %16s %16s %16s %16s %16s\n", w, key(r).c_str(),
-                cell(m.params, p.params).c_str(), cell(m.grads, p.grads).c_str(),
-                cell(m.master, p.master).c_str(), cell(m.optimizer, p.optimizer).c_str(),
-                cell(m.buffers, p.buffers).c_str(), cell(m.activations, p.activations).c_str());
-  }
-  std::printf(
-      "\ntraffic per step per rank (payload MB: reduce-scatter / all-gather / all-reduce; "
-      "calls)\n");
-  for (const StageResult& r : rs) {
-    auto op = [&](comm::Op o) { return r.per_step[static_cast<std::size_t>(o)]; };
-    std::printf("  stage %-*s  %9.3f / %9.3f / %9.3f   %lld / %lld / %lld\n", w, key(r).c_str(),
-                static_cast<double>(op(comm::Op::reduce_scatter).payload_bytes) / 1e6,
-                static_cast<double>(op(comm::Op::all_gather).payload_bytes) / 1e6,
-                static_cast<double>(op(comm::Op::all_reduce).payload_bytes) / 1e6,
-                static_cast<long long>(op(comm::Op::reduce_scatter).calls),
-                static_cast<long long>(op(comm::Op::all_gather).calls),
-                static_cast<long long>(op(comm::Op::all_reduce).calls));
-  }
-  std::printf("\n%s", agreement(rs).c_str());
-  if (peak.flops > 0) std::printf("MFU against %s\n", peak.source.c_str());
-  std::printf(
-      "exposed: the time the step waited on communication (the rest of the comm ms ran "
-      "behind compute); comm ms: the collectives' own time, summed\n");
-}
-
-boost::json::object to_json(const StageResult& r) {
-  boost::json::object ops;
-  for (std::size_t i = 0; i < comm::kOpCount; ++i)
-    ops[comm::name_of(static_cast<comm::Op>(i))] = {{"calls", r.per_step[i].calls},
-                                                    {"payload_bytes", r.per_step[i].payload_bytes},
-                                                    {"seconds", r.per_step[i].seconds}};
-  boost::json::array steps(r.step_seconds.begin(), r.step_seconds.end());
-  const MemoryReport& m = r.memory;
-  const PlanBytes& p = r.plan.device;
-  return {{"stage", r.stage},
-          {"config", r.config},
-          {"step_seconds", steps},
-          {"median_seconds", r.median},
-          {"min_seconds", r.fastest},
-          {"max_seconds", r.slowest},
-          {"tokens_per_second", r.tokens_per_second},
-          {"samples_per_second", r.samples_per_second},
-          {"mfu", r.mfu > 0 ? boost::json::value(r.mfu) : nullptr},  // null: the MLP has no FLOPs
-          {"split",
-           {{"total", r.split.total},
-            {"compute", r.split.compute},
-            {"exposed_comm", r.split.wait},
-            {"optimizer", r.split.optimizer},
-            {"data", r.split.data},
-            {"other", r.split.other}}},
-          {"collectives_per_step", ops},
-          {"memory_measured",
-           {{"params", m.params},
-            {"grads", m.grads},
-            {"master", m.master},
-            {"optimizer", m.optimizer},
-            {"buffers", m.buffers},
-            {"activations", m.activations},
-            {"peak_total", m.peak_total},
-            {"peak_total_most_of_ranks", r.peak_most}}},
-          {"memory_planned",
-           {{"params", p.params},
-            {"grads", p.grads},
-            {"master", p.master},
-            {"optimizer", p.optimizer},
-            {"buffers", p.buffers},
-            {"activations", p.activations},
-            {"peak_total", r.plan.peak_total}}},
-          {"final_loss", r.final_loss},
-          {"checksum", hex16(r.checksum)}};
+// The sums of every repetition made per step, the time interval and the throughput at its mean.
+void finish_row(StageResult& r, double samples, double tokens_per_sample, double flops_per_token,
+                const Peak& peak) {
+  const double m = static_cast<double>(r.step_seconds.size());
+  const auto steps = static_cast<std::uint64_t>(r.step_seconds.size());
+  r.split.total /= m, r.split.compute /= m, r.split.wait /= m, r.split.optimizer /= m;
+  r.split.data /= m, r.split.other /= m;
+  r.in_flight /= m, r.comm /= m;
+  for (comm::OpStats& o : r.per_step) o.calls /= steps, o.payload_bytes /= steps, o.seconds /= m;
+  r.time = interval_of(r.repetition_seconds);
+  r.fastest = *std::min_element(r.step_seconds.begin(), r.step_seconds.end());
+  r.slowest = *std::max_element(r.step_seconds.begin(), r.step_seconds.end());
+  r.tokens_per_second = samples * tokens_per_sample / r.time.mean;
+  r.samples_per_second = samples / r.time.mean;
+  if (peak.flops > 0 && flops_per_token > 0)
+    r.mfu = r.tokens_per_second * flops_per_token / peak.flops;
 }
 
 // zero compare's own flags, beside zero train's.
 struct CompareFlags {
-  std::string stages_text = "0,1,2,3", chart, configs_text;
-  std::int64_t warmup = 2;
+  std::string stages_text = "0,1,2,3", chart, configs_text, budget_text;
+  std::int64_t warmup = 2, repeats = 8;
+  std::optional<std::int64_t> budget;  // memory per rank, bytes
   std::vector<int> stages;
   std::vector<std::string> configs;  // --configs, each read once here
 };
@@ -277,13 +190,20 @@ bool parse_compare_flags(const Args& argv, Flags& f, CompareFlags& c,
   // clang-format off
   opts.add_options()
       ("stages", po::value(&c.stages_text)->default_value("0,1,2,3"), "the stages to compare, in order")
-      ("warmup", po::value(&c.warmup)->default_value(2), "steps before the measured ones (not timed)")
+      ("warmup", po::value(&c.warmup)->default_value(2),
+       "steps of each run before the measured ones (not timed)")
+      ("repeats", po::value(&c.repeats)->default_value(8),
+       "runs of each stage, in rounds that visit every stage once in a rotating order; each "
+       "run's median step is one sample of the stage's mean and 95% interval")
+      ("budget", po::value(&c.budget_text),
+       "memory per rank (e.g. 40MiB, 16GB): the recommendation is the fastest stage whose "
+       "highest peak of any rank fits")
       ("configs", po::value(&c.configs_text),
        "DeepSpeed-style config files, comma-separated: every stage runs under each (reduce "
        "dtype, bucket sizes, prefetch, hierarchical groups...); the flags still override them")
       ("chart", po::value(&c.chart),
        "write the time split and the memory per stage to this SVG file (and a PNG beside it where "
-       "rsvg-convert is installed)");
+       "rsvg-convert (librsvg2-bin) or ImageMagick's convert is installed; a line says when not)");
   // clang-format on
   add_train_options(opts, f);
   opts.add_options()("help,h", "show this help");
@@ -302,61 +222,100 @@ bool parse_compare_flags(const Args& argv, Flags& f, CompareFlags& c,
       throw Error("--config and --configs: give every file to compare in --configs");
     std::stringstream in(c.configs_text);
     for (std::string item; std::getline(in, item, ',');) {
-      if (item.empty())
-        throw Error(cat("--configs: an empty file name in '", c.configs_text, "'"));
+      if (item.empty()) throw Error(cat("--configs: an empty file name in '", c.configs_text, "'"));
       (void)load_config(item);  // a bad file is one sentence, before ranks start
       c.configs.push_back(item);
     }
   }
   if (c.warmup < 0) throw Error(cat("--warmup must be >= 0, got ", c.warmup));
+  require_at_least("--repeats", c.repeats, 1);
+  if (vm.count("budget")) c.budget = parse_flag("--budget", c.budget_text, parse_bytes);
   if (vm.count("chart") && c.chart.empty()) throw Error("--chart: the file name is empty");
   if (vm.count("chart")) (void)check_output_path(c.chart, "--chart");
-  // --steps is the measured steps here; 8 unless given.
-  if (vm["steps"].defaulted()) f.steps = 8;
+  // --steps is the measured steps of each run here; 10 unless given.
+  if (vm["steps"].defaulted()) f.steps = 10;
   check_flags(f, vm);
   return true;
 }
 
-// Every stage under every config, in order, each from the same start.
+// Every stage under every config, each run from the same start, --repeats times: a round runs
+// every row once, and each round starts one row later, so that no row always runs first or
+// after the same neighbour, and a slow spell of the machine lands on every row alike.
 std::vector<StageResult> run_stages(const Flags& f, const CompareFlags& c,
-                                    const boost::program_options::variables_map& vm,
-                                    const Run& run, World& world, bool on_gpu, const Peak& peak,
+                                    const boost::program_options::variables_map& vm, const Run& run,
+                                    World& world, bool on_gpu, const Peak& peak,
                                     const std::string& resume, std::int64_t resume_step) {
   const int n = world.size(), rank = world.communicator().rank();
   std::vector<StageResult> results;
+  std::vector<Run> variants;  // a row's run: its config's
   for (const std::string& file : c.configs.empty() ? std::vector<std::string>{""} : c.configs) {
     Run variant = file.empty() ? run : resolve_run(f, vm, n, file);
     variant.shape.seed = run.shape.seed;  // every config from the same weights and data order
-    const std::string label = file.empty() ? "" : std::filesystem::path(file).stem().string();
     for (int stage : c.stages) {
-      if (rank == 0) {
-        std::printf("zero compare: stage %d%s: %lld warm-up + %lld measured steps\n", stage,
-                    label.empty() ? "" : cat(" (", file, ")").c_str(),
-                    static_cast<long long>(c.warmup), static_cast<long long>(run.steps));
-        std::fflush(stdout);
-      }
-      results.push_back(run_stage(variant, f, stage, c.warmup, run.steps, world, on_gpu, peak,
-                                  resume, resume_step));
-      results.back().config = label;
+      results.push_back(
+          {.stage = stage,
+           .config = file.empty() ? "" : std::filesystem::path(file).stem().string()});
+      variants.push_back(variant);
     }
   }
+  const std::size_t rows = results.size();
+  double tokens_per_sample = 1, flops_per_token = 0;
+  for (std::int64_t round = 0; round < c.repeats; ++round) {
+    std::string order;
+    for (std::size_t k = 0; k < rows; ++k)
+      order += cat(k ? ", " : "", candidates(results)[(round + k) % rows].label);
+    if (rank == 0) {
+      std::printf(
+          "zero compare: round %lld of %lld: %s (each %lld warm-up + %lld measured steps)\n",
+          static_cast<long long>(round + 1), static_cast<long long>(c.repeats), order.c_str(),
+          static_cast<long long>(c.warmup), static_cast<long long>(run.steps));
+      std::fflush(stdout);
+    }
+    for (std::size_t k = 0; k < rows; ++k) {
+      const std::size_t i = (static_cast<std::size_t>(round) + k) % rows;
+      const Repetition x = run_once(variants[i], f, results[i].stage, c.warmup, run.steps, world,
+                                    on_gpu, round == 0, resume, resume_step);
+      add_repetition(results[i], x);
+      tokens_per_sample = x.tokens_per_sample, flops_per_token = x.flops_per_token;
+    }
+  }
+  for (std::size_t i = 0; i < rows; ++i)
+    finish_row(results[i], static_cast<double>(variants[i].shape.global_batch), tokens_per_sample,
+               flops_per_token, peak);
   return results;
+}
+
+// --json's "verdict": the fastest row and whether it is clear, the recommended row (null: none
+// fits), as the lines under the table say.
+boost::json::object verdict_json(const std::vector<StageResult>& rs,
+                                 std::optional<std::int64_t> budget) {
+  const std::vector<Candidate> rows = candidates(rs);
+  const Verdict v = decide(rows, budget);
+  auto row = [&](int i) {
+    return i < 0 ? boost::json::value(nullptr) : boost::json::value(rows[i].label);
+  };
+  boost::json::array tied;
+  for (int i : v.tied) tied.push_back(boost::json::value(rows[i].label));
+  return {{"fastest", row(v.fastest)},
+          {"clear_winner", v.clear},
+          {"tied", tied},
+          {"recommended", row(v.recommended)},
+          {"recommended_clear", v.recommended_clear}};
 }
 
 // The table, the chart and --json (rank 0).
 void report(const Flags& f, const CompareFlags& c, const Run& run, int n, bool on_gpu,
-            const Peak& peak, const std::string& resume,
-            const std::vector<StageResult>& results) {
+            const Peak& peak, const std::string& resume, const std::vector<StageResult>& results) {
   const std::string what =
       cat(run.gpt ? cat("gpt ", f.preset) : cat("mlp ", run.shape.layers, " x ", run.shape.width),
           ", ", n, n == 1 ? " rank" : " ranks", " on ", on_gpu ? "cuda (NCCL)" : "cpu (MPI)", ", ",
           name_of(run.config.precision), ", global batch ", run.shape.global_batch,
           resume.empty() ? std::string() : cat(", from ", resume));
-  print_table(results, cat("zero compare: ", what), peak, run.gpt);
+  print_compare(results, cat("zero compare: ", what), peak, run.gpt, c.budget, c.budget_text);
   if (!c.chart.empty()) {
-    for (const std::string& written :
-         write_compare_chart(results, c.chart, cat("zero compare: ", what)))
-      std::printf("chart: %s\n", written.c_str());
+    const ChartFiles files = write_compare_chart(results, c.chart, cat("zero compare: ", what));
+    for (const std::string& written : files.written) std::printf("chart: %s\n", written.c_str());
+    if (!files.no_png.empty()) std::printf("chart: %s\n", files.no_png.c_str());
   }
   if (!f.json_file.empty()) {
     boost::json::array stages_json;
@@ -367,6 +326,9 @@ void report(const Flags& f, const CompareFlags& c, const Run& run, int n, bool o
                           {"ranks", n},
                           {"warmup_steps", c.warmup},
                           {"measured_steps", run.steps},
+                          {"repeats", c.repeats},
+                          {"budget_bytes", c.budget ? boost::json::value(*c.budget) : nullptr},
+                          {"verdict", verdict_json(results, c.budget)},
                           {"peak_flops", peak.flops},
                           {"peak_source", peak.source},
                           {"weights_agree_bitwise", same},
@@ -403,8 +365,7 @@ int cmd_compare(const Args& argv) {
   }
   comm::Options co;
   co.timeout_seconds = run.timeout;
-  const int rank =
-      world.connect(on_gpu ? comm::Memory::device : comm::Memory::host, co).rank();
+  const int rank = world.connect(on_gpu ? comm::Memory::device : comm::Memory::host, co).rank();
   if (rank == 0)
     for (const auto& w : run.config.warnings) std::cerr << "zero compare: warning: " << w << '\n';
   Peak peak;

@@ -132,12 +132,15 @@ std::string compare_svg(const std::vector<StageResult>& rs, const std::string& t
   return out + "</svg>\n";
 }
 
-std::vector<std::string> write_compare_chart(const std::vector<StageResult>& results,
-                                             const std::string& path, const std::string& title) {
+ChartFiles write_compare_chart(const std::vector<StageResult>& results, const std::string& path,
+                               const std::string& title) {
   write_output_file(path, compare_svg(results, title), "--chart");
-  std::vector<std::string> written{path};
+  ChartFiles files{{path}, ""};
   const std::string png = std::filesystem::path(path).replace_extension(".png").string();
-  if (png == path) return written;
+  if (png == path) {
+    files.no_png = "no PNG beside it: the chart's own name ends in .png (it is SVG)";
+    return files;
+  }
   // The converters write the PNG in place: only over a new or regular file (never a FIFO's open).
   (void)check_output_path(png, "--chart's PNG");
   // A converter, where one is installed: rsvg-convert (librsvg2-bin), else ImageMagick. Run
@@ -146,11 +149,15 @@ std::vector<std::string> write_compare_chart(const std::vector<StageResult>& res
        {std::vector<std::string>{"rsvg-convert", "-o", png, path},
         std::vector<std::string>{"convert", path, png}}) {
     if (run_quietly(command)) {
-      written.push_back(png);
-      break;
+      files.written.push_back(png);
+      return files;
     }
   }
-  return written;
+  files.no_png =
+      cat("no PNG beside it: neither rsvg-convert (package librsvg2-bin, which "
+          "scripts/install-deps installs) nor ImageMagick's convert ran; the SVG is "
+          "the chart");
+  return files;
 }
 
 }  // namespace zero::cli

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/compare_verdict.hpp"
 #include "cli/train_report.hpp"
 #include "zero/zero.hpp"
 
@@ -19,23 +20,35 @@ struct StageResult {
   std::string label() const {
     return config.empty() ? cat("stage ", stage) : cat(stage, " ", config);
   }
-  std::vector<double> step_seconds;  // each measured step
-  StepSplit split;                   // means over the measured steps (wait: exposed communication)
-  double median = 0, fastest = 0, slowest = 0;
-  double tokens_per_second = 0, samples_per_second = 0, mfu = 0;
+  std::vector<double> step_seconds;        // every measured step, repetition after repetition
+  std::vector<double> repetition_seconds;  // each repetition's median measured step
+  TimeInterval time;                       // over the repetitions (cli/compare_verdict.hpp)
+  StepSplit split;       // means over the measured steps (wait: exposed communication)
+  double in_flight = 0;  // the collectives' issue-to-completion seconds a step, summed
+  double comm = 0;       // communication a step in all: comm_seconds(in_flight, wait) per
+                         // repetition, averaged; never below split.wait
+  double fastest = 0, slowest = 0;                                // of every measured step
+  double tokens_per_second = 0, samples_per_second = 0, mfu = 0;  // at the mean step time
   std::array<comm::OpStats, comm::kOpCount> per_step{};  // calls, payload and seconds a step
   MemoryReport memory;                                   // rank 0's ledger
   std::int64_t peak_most = 0;                            // the highest peak of any rank
   Plan plan;                                             // what zero plan predicts for this run
   double final_loss = 0;
   std::uint64_t checksum = 0;  // of the fp32 master weights after the run
+  bool repeats_agree = true;   // every repetition ended with the same checksum
 };
 
-// Writes the chart to `path` (SVG) and, where rsvg-convert or ImageMagick's convert is found,
-// the same as PNG beside it (path with .png). Returns the files written. Throws zero::Error when
-// the SVG cannot be written.
-std::vector<std::string> write_compare_chart(const std::vector<StageResult>& results,
-                                             const std::string& path, const std::string& title);
+// What write_compare_chart wrote, and why no PNG when it wrote none.
+struct ChartFiles {
+  std::vector<std::string> written;
+  std::string no_png;  // a sentence, or empty
+};
+
+// Writes the chart to `path` (SVG) and, where rsvg-convert (librsvg2-bin, which
+// scripts/install-deps installs) or ImageMagick's convert runs, the same as PNG beside it (path
+// with .png). Throws zero::Error when the SVG cannot be written.
+ChartFiles write_compare_chart(const std::vector<StageResult>& results, const std::string& path,
+                               const std::string& title);
 // The SVG text alone.
 std::string compare_svg(const std::vector<StageResult>& results, const std::string& title);
 

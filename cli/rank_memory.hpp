@@ -15,8 +15,8 @@ namespace zero::cli {
 
 // The keys of one rank's row, in the planned vs measured order; the first six add up to the
 // seventh (MemoryReport::buffers is what else was held at the peak).
-inline constexpr const char* kRankMemoryKeys[] = {"params",    "grads",       "master",    "optimizer",
-                                                  "buffers",   "activations", "peak_total"};
+inline constexpr const char* kRankMemoryKeys[] = {
+    "params", "grads", "master", "optimizer", "buffers", "activations", "peak_total"};
 inline constexpr std::size_t kRankMemoryColumns = std::size(kRankMemoryKeys);
 
 // Every rank's row, kRankMemoryColumns a rank, gathered to all (each rank's ledger is its own).

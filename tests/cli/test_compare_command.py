@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """`zero compare` end to end: the GPT at stages 0-3 on 4 ranks in one job, each from the same
-start: the table (one row per stage), the weights bitwise equal across stages, every measured
-memory category equal to the plan, the traffic as ZeRO's analysis orders it, the --json fields,
-the chart (one bar per stage in both panels); resuming every stage from one checkpoint; and bad
-flags refused in one sentence.
+start, in rounds of repetitions: the table (one row per stage, a 95% interval each), exposed
+communication never above comm, the verdict and the recommendation, the weights bitwise equal
+across stages and repetitions, every measured memory category equal to the plan, the traffic as
+ZeRO's analysis orders it, the --json fields, the chart (one bar per stage in both panels) and
+the sentence when no PNG is written; --budget ruling stages out; resuming every stage from one
+checkpoint; and bad flags refused in one sentence. (--repeats 2 keeps it short; the verdict's
+arithmetic is tests/cli/test_compare_verdict.cpp.)
 Usage: test_compare_command.py path/to/zero. Prints 'N passed, N failed'."""
 import json, os, re, subprocess, sys, tempfile
 
@@ -12,9 +15,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from checks import check, finish, user_env  # noqa: E402
 
 
-def zero(*args, timeout=300):
+def zero(*args, timeout=300, env=None):
     return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout,
-                          env=user_env())
+                          env=env or user_env())
 
 
 def one_error(name, r, *words):
@@ -37,8 +40,8 @@ with tempfile.TemporaryDirectory() as tmp:
     cfg = os.path.join(tmp, "ds.json")
     with open(cfg, "w") as f:
         json.dump({"zero_optimization": {"stage3_param_persistence_threshold": 0}}, f)
-    r = zero("compare", *gpt, "--warmup", "1", "--steps", "3", "--json", js, "--chart", svg,
-             "--config", cfg)
+    r = zero("compare", *gpt, "--warmup", "1", "--steps", "3", "--repeats", "2", "--json", js,
+             "--chart", svg, "--config", cfg)
     check("zero compare -n 4 runs the GPT at every stage", r.returncode == 0, r.stdout + r.stderr)
     if r.returncode != 0:
         finish()
@@ -46,15 +49,39 @@ with tempfile.TemporaryDirectory() as tmp:
     rows = re.findall(r"^([0-3])\s+[\d.]+\s+[\d.]+\.\.[\d.]+\s+\d+\s+[\d.]+%", out, re.M)
     check("the table has one row per stage, 0 to 3, with tokens/s and MFU", rows == list("0123"), out)
     check("the stages' weights agree bitwise", "bitwise the same at every stage" in out, out)
+    check("two rounds, every stage once a round, the second starting one stage later",
+          "round 1 of 2: stage 0, stage 1, stage 2, stage 3 (each 1 warm-up + 3 measured steps)" in out
+          and "round 2 of 2: stage 1, stage 2, stage 3, stage 0" in out, out)
+    table = re.findall(r"^([0-3])\s+([\d.]+)\s+([\d.]+)\.\.([\d.]+)\s+\d+\s+[\d.]+%\s+[\d.]+\s+([\d.]+)"
+                       r"\s+[\d.]+\s+([\d.]+)", out, re.M)
+    check("the table: each stage's mean inside its 95% interval, exposed never above comm ms",
+          len(table) == 4 and all(float(lo) <= float(mean) <= float(hi) and float(exp) <= float(comm)
+                                  for _, mean, lo, hi, exp, comm in table), out)
+    verdict = [l for l in out.splitlines() if l.startswith(("fastest: ", "recommendation: "))]
+    check("the table ends with the verdict and a one-line recommendation naming a stage",
+          len(verdict) == 2 and (re.match(r"fastest: stage [0-3], [\d.]+ ms \[", verdict[0]) or
+                                 verdict[0].startswith("fastest: no clear winner: the 95% intervals of stages")) and
+          re.match(r"recommendation: stage [0-3], ", verdict[1]) is not None, "\n".join(verdict))
     with open(js) as f:
         j = json.load(f)
     stages = j["stages"]
     check("--json: every stage with its step times, split, traffic, memory, checksum",
           [s["stage"] for s in stages] == [0, 1, 2, 3] and
-          all(len(s["step_seconds"]) == 3 and s["median_seconds"] > 0 and s["tokens_per_second"] > 0
-              and set(s["split"]) == {"total", "compute", "exposed_comm", "optimizer", "data", "other"}
-              for s in stages) and j["weights_agree_bitwise"] is True and
+          all(len(s["step_seconds"]) == 6 and len(s["repetition_seconds"]) == 2 and
+              s["interval_seconds"][0] <= s["mean_seconds"] <= s["interval_seconds"][1] and
+              s["tokens_per_second"] > 0 and
+              set(s["split"]) == {"total", "compute", "exposed_comm", "optimizer", "data", "other"}
+              for s in stages) and j["weights_agree_bitwise"] is True and j["repeats"] == 2 and
           len({s["checksum"] for s in stages}) == 1, json.dumps(j)[:800])
+    check("--json: exposed communication is never above comm, which is never below in-flight time",
+          all(s["split"]["exposed_comm"] <= s["comm_seconds"] and
+              s["in_flight_seconds"] <= s["comm_seconds"] + 1e-12 for s in stages),
+          str([(s["split"]["exposed_comm"], s["comm_seconds"], s["in_flight_seconds"]) for s in stages]))
+    v = j["verdict"]
+    check("--json: the verdict as the text says it",
+          v["recommended"] in {f"stage {k}" for k in range(4)} and
+          (v["clear_winner"] == (len(v["tied"]) == 1)) and
+          (f"fastest: {v['fastest']}," in out if v["clear_winner"] else "no clear winner" in out), v)
     mismatch = [(s["stage"], k) for s in stages for k in
                 ("params", "grads", "master", "optimizer", "buffers", "activations", "peak_total")
                 if s["memory_measured"][k] != s["memory_planned"][k]]
@@ -83,13 +110,15 @@ with tempfile.TemporaryDirectory() as tmp:
         check("--chart: a PNG beside it where rsvg-convert is installed",
               os.path.exists(png) and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n", out)
     else:
-        print("skip the PNG: rsvg-convert is not installed (apt-get install librsvg2-bin)")
+        check("--chart: a PNG beside it, or a line saying why not",
+              os.path.exists(png) or "chart: no PNG beside it: neither rsvg-convert" in out, out)
 
     # Every stage from one checkpoint.
     ck = os.path.join(tmp, "ck")
     r = zero("train", *gpt, "--stage", "1", "--steps", "2", "--save", ck)
     check("a checkpoint to compare from", r.returncode == 0, r.stderr)
-    r = zero("compare", *gpt, "--stages", "3,0", "--warmup", "0", "--steps", "2", "--resume", ck)
+    r = zero("compare", *gpt, "--stages", "3,0", "--warmup", "0", "--steps", "2", "--repeats", "2",
+             "--resume", ck)
     check("--resume: the stages start from the checkpoint and still agree",
           r.returncode == 0 and f"from {ck}/step_00000002" in r.stdout and
           "bitwise the same at every stage" in r.stdout and
@@ -102,8 +131,8 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(hier, "w") as f:
         json.dump({"bf16": {"enabled": True}, "zero_optimization": {"mics_shard_size": 2}}, f)
     js2 = os.path.join(tmp, "cfg.json")
-    r = zero("compare", *gpt, "--stages", "1,3", "--warmup", "0", "--steps", "2", "--configs",
-             f"{red},{hier}", "--json", js2)
+    r = zero("compare", *gpt, "--stages", "1,3", "--warmup", "0", "--steps", "2", "--repeats", "2",
+             "--configs", f"{red},{hier}", "--json", js2)
     check("--configs runs every stage under each config",
           r.returncode == 0 and re.findall(r"^([0-3] \w+)\s+[\d.]+\s+[\d.]+\.\.", r.stdout, re.M) ==
           ["1 bf16red", "3 bf16red", "1 hier", "3 hier"], r.stdout + r.stderr)
@@ -126,15 +155,48 @@ with tempfile.TemporaryDirectory() as tmp:
     check(*one_error("--stage (zero train's) is refused", zero("compare", "--stage", "2"),
                      "--stage is zero train's"))
     check(*one_error("a stage listed twice is refused", zero("compare", "--stages", "1,1"), "twice"))
+    check(*one_error("--repeats 0 is refused", zero("compare", "--repeats", "0"), "--repeats"))
+    check(*one_error("a --budget without a unit is refused", zero("compare", "--budget", "40"),
+                     "--budget"))
     # The MLP has no FLOPs per token: its MFU column says "-", never a made-up 0.0%.
     mlp_js = os.path.join(tmp, "mlp.json")
-    r = zero("compare", "-n", "2", "--stages", "0,3", "--layers", "2", "--width", "32",
-             "--global-batch", "8", "--warmup", "0", "--steps", "2", "--json", mlp_js)
+    mlp = ["-n", "2", "--stages", "0,3", "--layers", "2", "--width", "32", "--global-batch", "8",
+           "--warmup", "0", "--steps", "2"]
+    r = zero("compare", *mlp, "--repeats", "2", "--json", mlp_js)
     rows = re.findall(r"^([03])\s+[\d.]+\s+[\d.]+\.\.[\d.]+\s+\d+\s+(\S+)\s", r.stdout, re.M)
     check("the MLP's table says '-' for MFU, which it cannot know",
           r.returncode == 0 and rows == [("0", "-"), ("3", "-")], r.stdout + r.stderr)
     if r.returncode == 0:
         with open(mlp_js) as f:
-            mlp = json.load(f)["stages"]
-        check("--json: the MLP's mfu is null", [s["mfu"] for s in mlp] == [None, None], mlp)
+            mlp_stages = json.load(f)["stages"]
+        check("--json: the MLP's mfu is null", [s["mfu"] for s in mlp_stages] == [None, None], mlp_stages)
+        # --budget between the stages' peaks: stage 0 does not fit, stage 3 does.
+        peaks = {s["stage"]: s["memory_measured"]["peak_total_most_of_ranks"] for s in mlp_stages}
+        budget = f"{(peaks[0] + peaks[3]) // 2}B"
+        r = zero("compare", *mlp, "--repeats", "2", "--budget", budget)
+        check("--budget: the recommendation is a stage whose peak fits",
+              peaks[3] < peaks[0] and
+              re.search(rf"^recommendation: stage 3, .*--budget {budget}", r.stdout, re.M) is not None,
+              r.stdout + r.stderr)
+    # One run of each stage: no interval ("-"), so no clear winner; nothing fits a 1 KiB budget.
+    r = zero("compare", *mlp, "--repeats", "1", "--budget", "1KiB")
+    check("--repeats 1: no interval, no clear winner; a budget nothing fits says so",
+          re.search(r"^0\s+[\d.]+\s+-\s", r.stdout, re.M) is not None and
+          "fastest: no clear winner" in r.stdout and "one run: no interval" in r.stdout and
+          "recommendation: none: no row fits --budget 1KiB" in r.stdout, r.stdout + r.stderr)
+    # Without a converter that works, the SVG is written and a line says why there is no PNG.
+    fake = os.path.join(tmp, "bin")
+    os.mkdir(fake)
+    for tool in ("rsvg-convert", "convert"):
+        with open(os.path.join(fake, tool), "w") as f:
+            f.write("#!/bin/sh\nexit 1\n")
+        os.chmod(os.path.join(fake, tool), 0o755)
+    env = user_env()
+    env["PATH"] = fake + ":" + env.get("PATH", "")
+    chart = os.path.join(tmp, "nopng.svg")
+    r = zero("compare", *mlp, "--repeats", "1", "--chart", chart, env=env)
+    check("--chart without a converter: the SVG, no PNG, and one line that says so",
+          r.returncode == 0 and os.path.exists(chart) and not os.path.exists(chart[:-4] + ".png") and
+          "chart: no PNG beside it: neither rsvg-convert (package librsvg2-bin, which "
+          "scripts/install-deps installs) nor ImageMagick's convert ran" in r.stdout, r.stdout + r.stderr)
 finish()
