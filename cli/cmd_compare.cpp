@@ -260,10 +260,11 @@ std::vector<StageResult> run_stages(const Flags& f, const CompareFlags& c,
   }
   const std::size_t rows = results.size();
   double tokens_per_sample = 1, flops_per_token = 0;
+  const std::vector<Candidate> named = candidates(results);
   for (std::int64_t round = 0; round < c.repeats; ++round) {
     std::string order;
     for (std::size_t k = 0; k < rows; ++k)
-      order += cat(k ? ", " : "", candidates(results)[(round + k) % rows].label);
+      order += cat(k ? ", " : "", named[(static_cast<std::size_t>(round) + k) % rows].label);
     if (rank == 0) {
       std::printf(
           "zero compare: round %lld of %lld: %s (each %lld warm-up + %lld measured steps)\n",

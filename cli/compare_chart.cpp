@@ -26,16 +26,24 @@ struct Part {
   const char* color;
 };
 
-// One panel of stacked bars: values[stage][part], drawn in [x0, x0 + w) x [top, bottom).
+// A bar's whisker: low..high (the 95% interval of the step time).
+struct Range {
+  double low = 0, high = 0;
+};
+
+// One panel of stacked bars: values[stage][part], drawn in [x0, x0 + w) x [top, bottom), with a
+// dashed marker (markers) or a whisker (ranges) per bar where given.
 std::string panel(const std::vector<StageResult>& rs,
                   const std::vector<std::vector<double>>& values, const std::vector<Part>& parts,
-                  const std::vector<double>& markers, double x0, double w, double top,
-                  double bottom, const std::string& title, const std::string& unit) {
+                  const std::vector<double>& markers, const std::vector<Range>& ranges, double x0,
+                  double w, double top, double bottom, const std::string& title,
+                  const std::string& unit) {
   double most = 0;
   for (std::size_t i = 0; i < values.size(); ++i) {
     double sum = 0;
     for (double v : values[i]) sum += v;
-    most = std::max({most, sum, i < markers.size() ? markers[i] : 0.0});
+    most = std::max({most, sum, i < markers.size() ? markers[i] : 0.0,
+                     i < ranges.size() ? ranges[i].high : 0.0});
   }
   if (most <= 0) most = 1;
   const double left = x0 + 60, plot_w = w - 80, h = bottom - top;
@@ -64,6 +72,14 @@ std::string panel(const std::vector<StageResult>& rs,
                 y(at) - y(at + v), "' fill='", parts[k].color, "'><title>", escape(rs[i].label()),
                 " ", parts[k].name, ": ", v, " ", unit, "</title></rect>\n");
       at += v;
+    }
+    if (i < ranges.size() && ranges[i].high > ranges[i].low) {
+      const double cx = bx + bw / 2;
+      out += cat("<path d='M", cx - 5, " ", y(ranges[i].low), " H", cx + 5, " M", cx, " ",
+                 y(ranges[i].low), " V", y(ranges[i].high), " M", cx - 5, " ", y(ranges[i].high),
+                 " H", cx + 5, "' stroke='black' fill='none'><title>", escape(rs[i].label()),
+                 " 95% interval: ", ranges[i].low, "..", ranges[i].high, " ", unit,
+                 "</title></path>\n");
     }
     if (i < markers.size() && markers[i] > 0)
       out += cat("<line x1='", bx - 4, "' y1='", y(markers[i]), "' x2='", bx + bw + 4, "' y2='",
@@ -111,10 +127,17 @@ std::string compare_svg(const std::vector<StageResult>& rs, const std::string& t
                                         {"data", "#9467bd"},
                                         {"other", "#c7c7c7"}};
   std::vector<std::vector<double>> times;
-  for (const StageResult& r : rs)
+  std::vector<Range> intervals;
+  for (const StageResult& r : rs) {
     times.push_back({1e3 * r.split.compute, 1e3 * r.split.wait, 1e3 * r.split.optimizer,
                      1e3 * r.split.data, 1e3 * r.split.other});
-  out += panel(rs, times, time_parts, {}, 0, W / 2, top, bottom, "time per step (mean)", "ms");
+    if (r.time.known())
+      intervals.push_back({1e3 * r.time.low, 1e3 * r.time.high});
+    else
+      intervals.push_back({});
+  }
+  out += panel(rs, times, time_parts, {}, intervals, 0, W / 2, top, bottom,
+               "time per step (mean; whisker: 95% interval)", "ms");
   const std::vector<Part> mem_parts = {{"params", "#1f77b4"},  {"grads", "#ff7f0e"},
                                        {"master", "#2ca02c"},  {"optimizer (m, v)", "#d62728"},
                                        {"buffers", "#9467bd"}, {"activations", "#8c564b"}};
@@ -127,7 +150,7 @@ std::string compare_svg(const std::vector<StageResult>& rs, const std::string& t
                    mib(m.activations)});
     planned.push_back(mib(r.plan.peak_total));
   }
-  out += panel(rs, mem, mem_parts, planned, W / 2, W / 2, top, bottom,
+  out += panel(rs, mem, mem_parts, planned, {}, W / 2, W / 2, top, bottom,
                "memory per rank at its peak (dashed: planned)", "MiB");
   return out + "</svg>\n";
 }

@@ -103,6 +103,9 @@ with tempfile.TemporaryDirectory() as tmp:
     check("--chart: an SVG with a bar per stage in both panels (time split, memory)",
           text.startswith("<svg") and labels == list("01230123") and "exposed communication" in text,
           text[:300])
+    check("--chart: each stage's time bar carries its 95% interval as a whisker",
+          len(re.findall(r"stage [0-3] 95% interval: [\d.e+-]+\.\.[\d.e+-]+ ms</title></path>", text)) == 4,
+          text[:300])
     png = svg[:-4] + ".png"
     has_converter = any(os.access(os.path.join(d, "rsvg-convert"), os.X_OK)
                         for d in os.environ.get("PATH", "").split(":"))
