@@ -191,7 +191,8 @@ bool parse_compare_flags(const Args& argv, Flags& f, CompareFlags& c,
   opts.add_options()
       ("stages", po::value(&c.stages_text)->default_value("0,1,2,3"), "the stages to compare, in order")
       ("warmup", po::value(&c.warmup)->default_value(2),
-       "steps of each run before the measured ones (not timed)")
+       "steps of each run before the measured ones (not timed); --steps counts the measured "
+       "ones, 10 here unless given")
       ("repeats", po::value(&c.repeats)->default_value(8),
        "runs of each stage, in rounds that visit every stage once in a rotating order; each "
        "run's median step is one sample of the stage's mean and 95% interval")
