@@ -357,7 +357,11 @@ PlanInput plan_input(const po::variables_map& vm, const PlanFlags& f, Config con
     for (const auto& line : auto_fill_lines(config, "zero plan")) std::cerr << line << '\n';
   }
   in.ranks_per_node = vm.count("ranks-per-node") ? f.per_node : std::min(f.ranks, 8);
-  in.device = plan_device_is_gpu(f.device, in.ranks_per_node, device_why);
+  // A cluster profile describes GPUs: with one, "auto" plans them.
+  const bool cluster = vm.count("cluster") || vm.count("cluster-file");
+  in.device = f.device == "auto" && cluster
+                  ? (device_why = "auto: the cluster profile's GPUs", true)
+                  : plan_device_is_gpu(f.device, in.ranks_per_node, device_why);
   in.units = model.units;
   in.activation_bytes = model.activation_bytes;
   in.tied_head = model.tied_head;

@@ -19,7 +19,8 @@ void check_device_flag(const std::string& device);
 
 // --device as `zero plan` resolves it: "cuda" and "cpu" as given; "auto" as `zero train` would
 // decide on this machine: cuda when this build has CUDA and the machine a GPU for each of
-// `ranks_per_node` ranks. `why` says how "auto" decided ("" for a device given).
+// `ranks_per_node` ranks (`zero plan --cluster` plans the profile's GPUs). `why` says how "auto"
+// decided ("" for a device given).
 bool plan_device_is_gpu(const std::string& device, int ranks_per_node, std::string& why);
 
 // --global-batch, --micro-batch and --accum, bound to the given targets.

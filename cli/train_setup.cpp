@@ -286,8 +286,9 @@ void check_host_memory(const Run& run, int world, int ranks_here, bool on_gpu) {
         cat("this run needs ", format_bytes(per_rank), " of host memory per rank",
             ranks_here > 1 ? cat(" (x ", ranks_here, " ranks on this node)") : std::string(),
             ": model states, buffers and the activations of ", model_words(run), ", but ",
-            format_bytes(*avail), " is available (MemAvailable); lower --global-batch, ",
-            run.gpt ? "--micro-batch" : "--micro-batch or --width", ", or raise --accum or -n"));
+            format_bytes(*avail), " is available (MemAvailable); lower ",
+            run.gpt ? "--global-batch or --micro-batch" : "--global-batch, --micro-batch or --width",
+            ", or raise --accum or -n"));
 }
 
 // Flags over the config over zero train's defaults; `world` is the rank count when known (0
