@@ -32,7 +32,7 @@ OffloadDevice parse_offload(const std::string& s) {
 }  // namespace
 
 
-// Runs a parser of a flag's text so that its error names the flag: "--budget: ...".
+// A flag below its least value: one sentence naming it.
 void require_at_least(std::string_view flag, std::int64_t value, std::int64_t least) {
   if (value < least) throw Error(cat(flag, " must be >= ", least, ", got ", value));
 }
@@ -145,6 +145,8 @@ void print_help(const po::options_description& opts) {
          "allocation rules (nothing runs); with --budget, what fits and the inverse answers.\n\n"
          "examples:\n"
          "  zero plan --params 7.5e9 -n 64 --reduce-dtype bf16   the ZeRO paper's Figure 1\n"
+         "  zero plan --model gpt --preset gpt-nano -n 4 --stage 3   what `zero train` with these\n"
+         "                                                        flags will measure\n"
          "  zero plan --preset gpt3-13b -n 16 --budget 80GiB --explain\n"
          "  zero plan --preset gpt3-1.3b --seq-len 4096 --micro-batch 4 --recompute --json -\n"
          "  zero plan --preset gpt3-6.7b -n 8 --offload cpu --budget 40GB --plot memory.svg\n"
@@ -155,7 +157,7 @@ void print_help(const po::options_description& opts) {
 
 // The settings before the flags: the --config file's (its "auto" defaults filled as zero train
 // fills them) or zero plan's own (bf16 mixed precision; Config's defaults otherwise), with the
-// batch resolved at this rank count.
+// batch resolved at this rank count (zero train's default global batch for a model with samples).
 Config load_plan_config(const po::variables_map& vm, const PlanFlags& f, bool samples) {
   Config config;
   config.precision = Precision::bf16;
