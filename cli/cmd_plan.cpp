@@ -19,7 +19,9 @@
 #include "cli/plan_flags.hpp"
 #include "cli/plan_plot.hpp"
 #include "cli/plan_time.hpp"
+#include "cli/run_flags.hpp"
 #include "models/gpt_shape.hpp"
+#include "models/mlp.hpp"
 #include "zero/planner.hpp"
 #include "zero/zero.hpp"
 
@@ -33,10 +35,12 @@ using models::GptShape;
 struct PlanModel {
   std::vector<UnitSpec> units;
   std::int64_t activation_bytes = 0;
+  std::string activations_from;        // where activation_bytes come from, said in the report
   bool tied_head = false;
   std::string name;                    // in the report's rows and the plot ("gpt3-1.3b")
   std::string text;                    // the report's first line
-  std::optional<std::int64_t> hidden;  // a GPT's, for the "auto" rules and the time model
+  std::optional<std::int64_t> hidden;  // the "auto" rules' hidden size (a GPT's, the MLP's width)
+  bool gpt = false;
   GptShape shape;                      // a GPT's
 };
 
@@ -45,10 +49,11 @@ PlanModel bare_model(const po::variables_map& vm, const PlanFlags& f, bool gpt_g
     throw Error(
         "--params gives the model by its size alone: leave out --preset and the GPT "
         "dimensions (--layers, --hidden, ...)");
-  if (vm.count("micro-batch") || vm.count("recompute"))
-    throw Error(
-        "--micro-batch and --recompute need a GPT shape (--preset or --layers/--hidden/"
-        "--heads); with --params give --activations BYTES");
+  for (const char* flag : {"model", "global-batch", "micro-batch", "recompute", "compute", "width"})
+    if (vm.count(flag))
+      throw Error(cat("--", flag,
+                      " needs a model with samples (--preset, --layers/--hidden/--heads or "
+                      "--model); with --params give --activations BYTES"));
   const std::int64_t count = count_flag("--params", f.params, 1);
   require_at_least("--units", f.units, 1);
   if (f.units > count)
@@ -56,15 +61,20 @@ PlanModel bare_model(const po::variables_map& vm, const PlanFlags& f, bool gpt_g
   PlanModel m;
   m.units = uniform_units(count, f.units);
   m.name = cat(human_count(count), " params");
-  m.text = cat(m.name, " in ", f.units, " equal units");
+  m.text = cat(m.name, " in ", f.units, " equal units (--units)");
+  m.activations_from = "none assumed";
   return m;
 }
 
 // A GPT's shape: a preset with the flags over it, or every dimension given.
 GptShape gpt_shape(const po::variables_map& vm, const PlanFlags& f, const Config& c) {
   const GptShape& given = f.shape;
-  GptShape shape = vm.count("preset") ? preset_shape(f.preset) : GptShape{};
-  if (!vm.count("preset"))
+  // `--model gpt` without --preset: zero train's default preset.
+  const bool model_gpt = vm.count("model") > 0;
+  GptShape shape = vm.count("preset") ? preset_shape(f.preset)
+                   : model_gpt        ? preset_shape("gpt-nano")
+                                      : GptShape{};
+  if (!vm.count("preset") && !model_gpt)
     for (const char* flag : {"layers", "hidden", "heads"})
       if (!vm.count(flag)) throw Error(cat("--", flag, " is needed for a GPT without --preset"));
   if (vm.count("layers")) shape.layers = given.layers;
@@ -94,34 +104,64 @@ PlanModel gpt_model(const po::variables_map& vm, const PlanFlags& f, const Confi
   m.shape = shape;
   m.units = models::gpt_units(shape);
   m.hidden = shape.hidden;
+  m.gpt = true;
   // What zero's GPT trainer (models/gpt, `zero train --model gpt`) holds, exactly, for the
-  // shapes it trains (tied head, no recomputation; bf16 compute with bf16 params, else fp32);
-  // Korthikanti et al.'s estimate for the others.
+  // shapes it trains (tied head, no recomputation; --compute as zero train's); Korthikanti et
+  // al.'s estimate for the others.
   const bool ours = shape.tied_embeddings && !shape.recompute;
+  const models::GptCompute compute = resolve_compute(vm, f.compute, c.precision);
   m.activation_bytes =
       ours ? models::gpt_trainer_activation_bytes(
-                 shape, c.precision == Precision::bf16 ? DType::bf16 : DType::f32)
+                 shape, compute == models::GptCompute::bf16 ? DType::bf16 : DType::f32)
            : models::gpt_activation_bytes(shape, working_dtype(c.precision));
+  m.activations_from = ours ? cat("zero's GPT trainer (", name_of(compute), " compute)")
+                            : "Korthikanti et al. (2022), eq. 2";
   m.tied_head = shape.tied_embeddings;
-  m.name = vm.count("preset") ? f.preset : "gpt";
+  m.name = vm.count("preset") ? f.preset : vm.count("model") ? "gpt-nano" : "gpt";
   m.text = cat(
       m.name, ", ", human_count(count_params(m.units)), " params in ", m.units.size(),
       " units: ", shape.layers, " layers, hidden ", shape.hidden, ", ", shape.heads,
       " heads, ffn ", shape.ffn_hidden ? shape.ffn_hidden : 4 * shape.hidden, ", vocab ",
       shape.vocab, shape.tied_embeddings ? " (tied)" : " (untied)", ", seq ", shape.seq_len,
-      ", micro-batch ", shape.micro_batch, shape.recompute ? ", recompute" : "",
-      ours ? "; activations: zero's GPT trainer" : "; activations: Korthikanti et al. (2022)");
+      ", micro-batch ", shape.micro_batch, shape.recompute ? ", recompute" : "");
   return m;
 }
 
-// The model: a bare count, or a GPT (a preset with overrides, or every dimension given).
+// zero train's MLP (--model mlp): --layers units of width x width, and its trainer's activations.
+PlanModel mlp_model(const po::variables_map& vm, const PlanFlags& f, const Config& c) {
+  for (const char* flag : {"preset", "hidden", "heads", "vocab", "seq-len", "ffn-hidden", "untied",
+                           "recompute", "compute"})
+    if (vm.count(flag)) throw Error(cat("--", flag, " is for a GPT; --model mlp takes --layers and --width"));
+  models::MlpShape shape;
+  shape.layers = vm.count("layers") ? f.shape.layers : 4;
+  shape.width = f.width;
+  require_at_least("--layers", shape.layers, 1);
+  require_at_least("--width", shape.width, 1);
+  PlanModel m;
+  m.units = models::mlp_units(shape);
+  m.activation_bytes = models::mlp_activation_bytes(shape, c.train_micro_batch_size_per_gpu);
+  m.activations_from = "zero's MLP trainer";
+  m.hidden = shape.width;
+  m.name = "mlp";
+  m.text = cat("mlp ", shape.layers, " x ", shape.width, ", ", human_count(count_params(m.units)),
+               " params in ", m.units.size(), " units, micro-batch ",
+               c.train_micro_batch_size_per_gpu);
+  return m;
+}
+
+// The model: a bare count, zero train's MLP, or a GPT (a preset with overrides, or every
+// dimension given).
 PlanModel plan_model(const po::variables_map& vm, const PlanFlags& f, const Config& c) {
   const char* gpt_flags[] = {"layers", "hidden", "heads", "vocab", "seq-len", "ffn-hidden",
                              "untied"};
   const bool gpt_given = std::any_of(std::begin(gpt_flags), std::end(gpt_flags),
                                      [&](const char* flag) { return vm.count(flag) > 0; });
   if (vm.count("params")) return bare_model(vm, f, gpt_given);
-  if (vm.count("preset") || gpt_given) return gpt_model(vm, f, c);
+  if (vm.count("model") && f.model == "mlp") return mlp_model(vm, f, c);
+  if (vm.count("model") && f.model != "gpt")
+    throw Error(cat("--model: expected mlp or gpt, got '", f.model, "'"));
+  if (vm.count("width")) throw Error("--width shapes the MLP: give --model mlp");
+  if (vm.count("preset") || gpt_given || vm.count("model")) return gpt_model(vm, f, c);
   throw Error(
       "no model: give --params COUNT, --preset NAME (see --list-presets) or "
       "--layers/--hidden/--heads");
@@ -209,12 +249,21 @@ Answers plan_each_stage(PlanInput& in, const std::vector<int>& stages,
 }
 
 // The report's head: the model, the ranks and the settings as resolved.
-std::string report_head(const PlanInput& in, const std::string& model_text, const Plan& first,
-                        bool stage0_dropped) {
+std::string report_head(const PlanInput& in, const PlanModel& model, const Plan& first,
+                        bool stage0_dropped, const std::string& device_why) {
   const Settings& set = first.settings;
   const int ranks = in.ranks, groups = in.config.zero.mics_shard_size;
+  const Config& c = in.config;
   std::ostringstream text;
-  text << "zero plan: " << model_text << '\n'
+  text << "zero plan: " << model.text << '\n'
+       << "  activations: " << format_bytes(in.activation_bytes) << " per rank, "
+       << model.activations_from << "; --activations BYTES overrides\n";
+  if (model.hidden)  // a model with samples: the batch as zero train resolves it
+    text << "  batch: " << *c.train_batch_size << " = micro-batch "
+         << c.train_micro_batch_size_per_gpu << " x accumulation " << c.gradient_accumulation_steps
+         << " x " << ranks << (ranks == 1 ? " rank\n" : " ranks\n");
+  text << "  device: " << (in.device ? "cuda" : "cpu")
+       << (device_why.empty() ? std::string() : cat(" (", device_why, ")")) << '\n'
        << "  " << ranks << (ranks == 1 ? " rank (" : " ranks (") << in.ranks_per_node << " per node"
        << (groups > 0 ? cat(", shard groups of ", groups) : std::string()) << "), "
        << name_of(set.precision) << ", reduce " << name_of(set.reduce_dtype) << ", "
@@ -225,9 +274,16 @@ std::string report_head(const PlanInput& in, const std::string& model_text, cons
   return text.str();
 }
 
+// What a "fits" verdict assumed: the units, the activations, the device.
+std::string fit_assumptions(const PlanInput& in, const PlanModel& model) {
+  return cat(in.units.size(), model.gpt || model.hidden ? " units" : " equal units (--units)",
+             ", activations ", format_bytes(in.activation_bytes), " per rank (",
+             model.activations_from, "), on ", in.device ? "cuda" : "cpu", " ranks");
+}
+
 // With --budget: whether each stage fits, its headroom, the fewest ranks and the largest model.
-std::string report_budget(const PlanInput& in, const Answers& a, std::int64_t budget,
-                          const std::string& budget_text) {
+std::string report_budget(const PlanInput& in, const PlanModel& model, const Answers& a,
+                          std::int64_t budget, const std::string& budget_text) {
   std::ostringstream text;
   auto row = [&](const char* label, auto cell) {  // columns as describe()'s
     char b[64];
@@ -252,7 +308,8 @@ std::string report_budget(const PlanInput& in, const Answers& a, std::int64_t bu
     return a.largest[i] ? human_count(a.largest[i]) : std::string("none");
   });
   const int ranks = in.ranks;
-  text << "  fewest ranks: the fewest at which this model fits (1..65536"
+  text << "  fits: assuming " << fit_assumptions(in, model) << '\n'
+       << "  fewest ranks: the fewest at which this model fits (1..65536"
        << (in.config.zero.mics_shard_size > 0 ? ", sharded over all of them" : "") << ")\n"
        << "  largest model: the parameters that fit at " << ranks
        << (ranks == 1 ? " rank" : " ranks") << " (in equal units, with the same activations)\n";
@@ -260,14 +317,23 @@ std::string report_budget(const PlanInput& in, const Answers& a, std::int64_t bu
 }
 
 // --json: one object per stage, to FILE or stdout.
-void write_json(const std::string& json_file, const PlanInput& in, const Answers& a,
-                std::optional<std::int64_t> budget, const std::optional<TimeInput>& timing) {
+void write_json(const std::string& json_file, const PlanInput& in, const PlanModel& model,
+                const Answers& a, std::optional<std::int64_t> budget,
+                const std::optional<TimeInput>& timing) {
   const std::optional<std::size_t> fastest = fastest_fitting(a.steps);
   boost::json::array arr;
   for (std::size_t i = 0; i < a.plans.size(); ++i) {
     boost::json::object o = to_json(a.plans[i], in, budget, budget ? a.fewest[i] : std::nullopt,
                                     budget ? a.largest[i] : 0);
     if (timing) o["time"] = time_json(a.steps[i], *timing, fastest == i);
+    // What the plan assumed, beside what it answers.
+    o["device"] = in.device ? "cuda" : "cpu";
+    o["units"] = in.units.size();
+    o["activations_from"] = model.activations_from;
+    o["micro_batch"] = in.config.train_micro_batch_size_per_gpu;
+    o["accumulation"] = in.config.gradient_accumulation_steps;
+    o["global_batch"] = in.config.train_batch_size.value_or(0);
+    if (budget) o["fits_assuming"] = fit_assumptions(in, model);
     arr.push_back(std::move(o));
   }
   const std::string j = boost::json::serialize(arr) + "\n";
@@ -283,7 +349,7 @@ void write_json(const std::string& json_file, const PlanInput& in, const Answers
 // they depend on the model (a GPT's hidden size; with --params there is none, and zero's
 // defaults stay), the flags still winning.
 PlanInput plan_input(const po::variables_map& vm, const PlanFlags& f, Config config,
-                     const Config& flagged, const PlanModel& model) {
+                     const Config& flagged, PlanModel& model, std::string& device_why) {
   PlanInput in = plan_input_from_config(flagged, f.ranks);
   if (vm.count("config") && !config.auto_keys.empty()) {
     fill_auto_from_model(config, model.hidden);
@@ -291,6 +357,11 @@ PlanInput plan_input(const po::variables_map& vm, const PlanFlags& f, Config con
     for (const auto& line : auto_fill_lines(config, "zero plan")) std::cerr << line << '\n';
   }
   in.ranks_per_node = vm.count("ranks-per-node") ? f.per_node : std::min(f.ranks, 8);
+  // A cluster profile describes GPUs: with one, "auto" plans them.
+  const bool cluster = vm.count("cluster") || vm.count("cluster-file");
+  in.device = f.device == "auto" && cluster
+                  ? (device_why = "auto: the cluster profile's GPUs", true)
+                  : plan_device_is_gpu(f.device, in.ranks_per_node, device_why);
   in.units = model.units;
   in.activation_bytes = model.activation_bytes;
   in.tied_head = model.tied_head;
@@ -299,6 +370,7 @@ PlanInput plan_input(const po::variables_map& vm, const PlanFlags& f, Config con
   if (vm.count("activations")) {
     in.activation_bytes = parse_flag("--activations", f.activations, parse_bytes);
     require_at_least("--activations", in.activation_bytes, 0);
+    model.activations_from = "given (--activations)";
   }
   return in;
 }
@@ -317,7 +389,8 @@ int cmd_plan(const Args& argv) {
   require_at_least("--ranks", f.ranks, 1);
   if (vm.count("json") && f.json_file != "-") (void)check_output_path(f.json_file, "--json");
   if (vm.count("plot")) (void)check_output_path(f.plot_file, "--plot");
-  const Config config = load_plan_config(vm, f);
+  check_device_flag(f.device);
+  const Config config = load_plan_config(vm, f, vm.count("params") == 0);
   if (vm.count("ranks-per-node")) require_at_least("--ranks-per-node", f.per_node, 1);
   const Config flagged = with_flags(vm, f, config);
   bool stage0_dropped = false;
@@ -328,11 +401,12 @@ int cmd_plan(const Args& argv) {
     budget = parse_flag("--budget", f.budget_text, parse_bytes);
     require_at_least("--budget", *budget, 1);
   }
-  const PlanModel model = plan_model(vm, f, flagged);
-  PlanInput in = plan_input(vm, f, config, flagged, model);
+  PlanModel model = plan_model(vm, f, flagged);
+  std::string device_why;
+  PlanInput in = plan_input(vm, f, config, flagged, model, device_why);
 
   // The time model: a GPT's tokens per step follow from its batch; a bare count needs them.
-  const bool gpt = model.hidden.has_value();
+  const bool gpt = model.gpt;
   const Config& c = in.config;
   TimeModelSpec spec{.gpt_tokens = gpt ? static_cast<std::int64_t>(f.ranks) *
                                              c.train_micro_batch_size_per_gpu *
@@ -346,8 +420,8 @@ int cmd_plan(const Args& argv) {
 
   // Text: to stdout, unless the JSON goes there.
   std::ostringstream text;
-  text << report_head(in, model.text, a.plans.front(), stage0_dropped) << describe(a.plans);
-  if (budget) text << report_budget(in, a, *budget, f.budget_text);
+  text << report_head(in, model, a.plans.front(), stage0_dropped, device_why) << describe(a.plans);
+  if (budget) text << report_budget(in, model, a, *budget, f.budget_text);
   if (timing) text << describe_times(a.plans, a.steps, *timing, f.ranks);
   std::ostringstream terms;
   if (vm.count("explain"))
@@ -357,7 +431,7 @@ int cmd_plan(const Args& argv) {
     std::cerr << terms.str();
   else
     std::cout << text.str() << terms.str();
-  if (!f.json_file.empty()) write_json(f.json_file, in, a, budget, timing);
+  if (!f.json_file.empty()) write_json(f.json_file, in, model, a, budget, timing);
   if (!f.plot_file.empty()) {
     write_output_file(f.plot_file, plot_svg(in, stages, budget), "--plot");
     (json_stdout ? std::cerr : std::cout) << "wrote " << f.plot_file << '\n';

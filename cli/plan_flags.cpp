@@ -8,6 +8,7 @@
 #include "cli/fill_auto.hpp"
 #include "cli/options.hpp"
 #include "cli/plan_plot.hpp"
+#include "cli/run_flags.hpp"
 #include "zero/settings.hpp"
 
 namespace zero::cli {
@@ -31,7 +32,7 @@ OffloadDevice parse_offload(const std::string& s) {
 }  // namespace
 
 
-// Runs a parser of a flag's text so that its error names the flag: "--budget: ...".
+// A flag below its least value: one sentence naming it.
 void require_at_least(std::string_view flag, std::int64_t value, std::int64_t least) {
   if (value < least) throw Error(cat(flag, " must be >= ", least, ", got ", value));
 }
@@ -62,28 +63,37 @@ void add_plan_options(po::options_description& opts, PlanFlags& f) {
   // One option per line, as cmd_train.cpp: easier to read than the formatter's chains.
   // clang-format off
   auto val = [](auto* target, const char* name) { return po::value(target)->value_name(name); };
-  po::options_description model("model (one of --params, --preset, or --layers/--hidden/--heads)", kWidth);
+  po::options_description model(
+      "model (one of --params, --preset, --layers/--hidden/--heads, or --model as zero train's)", kWidth);
   model.add_options()
       ("params", val(&f.params, "COUNT"), "parameter count: 7.5e9, 13B, 1.3b, 350M")
-      ("units", val(&f.units, "N")->default_value(32), "with --params: equal units the count is cut into")
+      ("units", val(&f.units, "N")->default_value(32),
+       "with --params: equal units the count is cut into (what the engine gathers and reduces one at a time)")
       ("activations", val(&f.activations, "BYTES"),
-       "activations per rank: 12GiB; default 0 with --params, computed for a GPT")
+       "activations per rank: 12GiB; with --params 0 (none) unless given, computed for a GPT or the MLP")
+      ("model", val(&f.model, "M"),
+       "as zero train's: gpt (--preset, default gpt-nano) or mlp (--layers, default 4, and --width)")
       ("preset", val(&f.preset, "NAME"), "a GPT size, gpt2-small .. gpt3-175b; the flags below override it")
       ("list-presets", "list the presets with their shapes and sizes")
-      ("layers", val(&f.shape.layers, "L"), "GPT transformer blocks")
+      ("width", val(&f.width, "W"), "with --model mlp: the MLP's width (default 512)")
+      ("layers", val(&f.shape.layers, "L"), "GPT transformer blocks (--model mlp: MLP layers)")
       ("hidden", val(&f.shape.hidden, "H"), "GPT hidden size")
       ("heads", val(&f.shape.heads, "A"), "GPT attention heads (dividing H)")
       ("vocab", val(&f.shape.vocab, "V"), "GPT vocabulary (default 50257)")
       ("seq-len", val(&f.shape.seq_len, "S"), "GPT sequence length (default 1024)")
       ("ffn-hidden", val(&f.shape.ffn_hidden, "F"), "GPT MLP width (default 4 x H)")
       ("untied", "GPT output head separate from the token embedding (default tied)")
-      ("micro-batch", val(&f.shape.micro_batch, "B"),
-       "GPT sequences per rank per micro-batch (default 1, or the --config's)")
       ("recompute", "GPT full activation recomputation (keep only each block's input)");
+  add_compute_option(model, f.compute);
+  // The batch and the device as zero train defines them (cli/run_flags.hpp).
+  po::options_description batch("batch (as zero train's; not with --params)", kWidth);
+  add_batch_options(batch, {&f.global_batch, &f.micro_batch, &f.accum});
   po::options_description run("run", kWidth);
   run.add_options()
       ("ranks,n", val(&f.ranks, "N")->default_value(1),
-       "data-parallel ranks (arithmetic only: nothing is launched)")
+       "data-parallel ranks (arithmetic only: nothing is launched)");
+  add_device_option(run, f.device);
+  run.add_options()
       ("ranks-per-node", val(&f.per_node, "R"), "ranks on one node (default min(N, 8))")
       ("shard-size", val(&f.shard_size, "G")->default_value(0),
        "ranks one shard group spans, dividing N (hierarchical, MiCS-style: the states are "
@@ -98,7 +108,6 @@ void add_plan_options(po::options_description& opts, PlanFlags& f) {
        "gives the ZeRO paper's 2-byte gradients")
       ("optimizer", val(&f.optimizer, "O"), "adam or adamw (default: m and v), sgd (one momentum)")
       ("offload", val(&f.offload, "WHERE"), "optimizer offload: none (default) or cpu (stages 1-3)")
-      ("accum", val(&f.accum, "K"), "micro-batches per optimizer step (default 1)")
       ("overlap", "overlap gradient reduction with backward (overlap_comm)")
       ("reduce-bucket-size", val(&f.reduce_bucket, "COUNT"), "gradient elements per reduce bucket (5e8)")
       ("allgather-bucket-size", val(&f.allgather_bucket, "COUNT"),
@@ -125,7 +134,7 @@ void add_plan_options(po::options_description& opts, PlanFlags& f) {
        "the budget dashed")
       ("help,h", "show this help");
   // clang-format on
-  opts.add(model).add(run).add(times).add(out);
+  opts.add(model).add(batch).add(run).add(times).add(out);
 }
 
 void print_help(const po::options_description& opts) {
@@ -136,6 +145,8 @@ void print_help(const po::options_description& opts) {
          "allocation rules (nothing runs); with --budget, what fits and the inverse answers.\n\n"
          "examples:\n"
          "  zero plan --params 7.5e9 -n 64 --reduce-dtype bf16   the ZeRO paper's Figure 1\n"
+         "  zero plan --model gpt --preset gpt-nano -n 4 --stage 3   what `zero train` with these\n"
+         "                                                        flags will measure\n"
          "  zero plan --preset gpt3-13b -n 16 --budget 80GiB --explain\n"
          "  zero plan --preset gpt3-1.3b --seq-len 4096 --micro-batch 4 --recompute --json -\n"
          "  zero plan --preset gpt3-6.7b -n 8 --offload cpu --budget 40GB --plot memory.svg\n"
@@ -146,8 +157,8 @@ void print_help(const po::options_description& opts) {
 
 // The settings before the flags: the --config file's (its "auto" defaults filled as zero train
 // fills them) or zero plan's own (bf16 mixed precision; Config's defaults otherwise), with the
-// batch resolved at this rank count.
-Config load_plan_config(const po::variables_map& vm, const PlanFlags& f) {
+// batch resolved at this rank count (zero train's default global batch for a model with samples).
+Config load_plan_config(const po::variables_map& vm, const PlanFlags& f, bool samples) {
   Config config;
   config.precision = Precision::bf16;
   if (vm.count("config")) {
@@ -157,22 +168,15 @@ Config load_plan_config(const po::variables_map& vm, const PlanFlags& f) {
     for (const auto& w : config.warnings) std::cerr << "zero plan: warning: " << w << '\n';
   }
   // DeepSpeed's rule over the config's sizes and the flags (a flag sets its key as if the
-  // config had given it).
-  if (vm.count("accum")) {
-    require_at_least("--accum", f.accum, 1);
-    config.gradient_accumulation_steps = f.accum;
-    config.accumulation_given = true;
-  }
-  if (vm.count("micro-batch")) {
-    require_at_least("--micro-batch", f.shape.micro_batch, 1);
-    config.train_micro_batch_size_per_gpu = f.shape.micro_batch;
-    config.micro_batch_given = true;
-  }
+  // config had given it), with zero train's default global batch.
+  apply_batch_flags(vm, f.global_batch, f.micro_batch, f.accum, config);
+  const bool mlp = vm.count("model") && f.model == "mlp";
+  if (samples) apply_default_batch(config, !mlp, f.ranks);
   try {
     config.resolve_batch(f.ranks);
   } catch (const Error& e) {
     throw Error(cat(e.what(), " (with ", f.ranks, f.ranks == 1 ? " rank" : " ranks",
-                    "; --micro-batch and --accum set these keys)"));
+                    "; --global-batch, --micro-batch and --accum set these keys)"));
   }
   if (config.train_micro_batch_size_per_gpu > std::numeric_limits<int>::max())
     throw Error(cat("train_micro_batch_size_per_gpu: ", config.train_micro_batch_size_per_gpu,

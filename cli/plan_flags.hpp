@@ -21,9 +21,10 @@ struct PlanFlags {
   std::string params, preset, stage = "all", precision, reduce, optimizer, offload, budget_text,
       config_file, json_file, plot_file, activations, reduce_bucket, allgather_bucket,
       prefetch_bucket, max_live, persistence;
+  std::string model, device = "auto", compute;  // as `zero train`'s (cli/run_flags.hpp)
   models::GptShape shape;
-  int units = 32, ranks = 1, per_node = 0, shard_size = 0, hpz = 1;
-  std::int64_t accum = 1;
+  int units = 32, ranks = 1, per_node = 0, shard_size = 0, hpz = 1, width = 512;
+  std::int64_t global_batch = 0, micro_batch = 1, accum = 1;
   TimeFlags time;
 };
 
@@ -49,8 +50,10 @@ void list_presets();
 
 // The settings before the setting flags: the --config file's (its "auto" defaults filled as
 // zero train fills them) or zero plan's own (bf16 mixed precision; Config's defaults otherwise),
-// with the batch resolved at --ranks.
-Config load_plan_config(const boost::program_options::variables_map& vm, const PlanFlags& flags);
+// with the batch resolved at --ranks: the batch flags over the file, and with neither giving one,
+// `zero train`'s default global batch for a model with samples (`samples`: not --params).
+Config load_plan_config(const boost::program_options::variables_map& vm, const PlanFlags& flags,
+                        bool samples);
 // The config with the setting flags over it (a flag wins over the file).
 Config with_flags(const boost::program_options::variables_map& vm, const PlanFlags& flags,
                   Config config);

@@ -14,6 +14,7 @@
 #include "cli/fill_auto.hpp"
 #include "cli/launch.hpp"
 #include "cli/options.hpp"
+#include "cli/run_flags.hpp"
 #include "models/tokens.hpp"
 #include "zero_build_config.hpp"
 
@@ -87,25 +88,19 @@ void add_train_options(boost::program_options::options_description& opts, Flags&
       ("preset", po::value(&f.preset)->default_value("gpt-nano"),
        "the GPT's shape (`zero plan --list-presets`; gpt-micro and gpt-nano are byte-level)")
       ("data", po::value(&f.data),
-       "the GPT's token file: an llm.c shard (.bin, header 20240520) or nanoGPT's train.bin")
-      ("compute", po::value(&f.compute),
-       "the GPT's math: bf16 (GEMM inputs and kept activations in bf16, fp32 accumulation; the "
-       "default with bf16 params) or fp32")
-      ("device", po::value(&f.device)->default_value("auto"),
-       "cpu (MPI, host memory), cuda (one GPU per rank, NCCL, cuBLASLt) or auto: cuda when every "
-       "rank on a node has a GPU of its own, else cpu")
+       "the GPT's token file: an llm.c shard (.bin, header 20240520) or nanoGPT's train.bin");
+  // Defined with `zero plan`'s (cli/run_flags.hpp): the same flags plan the same run.
+  add_compute_option(opts, f.compute);
+  add_device_option(opts, f.device);
+  opts.add_options()
       ("ranks,n", po::value(&f.ranks), "ranks (outside an MPI job: relaunch under mpirun)")
       ("stage", po::value(&f.stage), "ZeRO stage 0..3 (overrides the config)")
       ("steps", po::value(&f.steps)->default_value(20), "optimizer steps")
       ("seed", po::value(&f.seed), "seed of weights, teacher and data (default 1, or the config's seed)")
       ("layers", po::value(&f.layers)->default_value(4), "MLP layers (one unit each)")
-      ("width", po::value(&f.width)->default_value(512), "MLP width")
-      ("global-batch", po::value(&f.global_batch),
-       "samples per step over all ranks (train_batch_size; default 64 unless the config gives "
-       "a batch size)")
-      ("micro-batch", po::value(&f.micro_batch),
-       "samples per rank per micro-batch (train_micro_batch_size_per_gpu)")
-      ("accum", po::value(&f.accum), "micro-batches per step (gradient_accumulation_steps)")
+      ("width", po::value(&f.width)->default_value(512), "MLP width");
+  add_batch_options(opts, {&f.global_batch, &f.micro_batch, &f.accum});
+  opts.add_options()
       ("precision", po::value(&f.precision), "bf16 (default), fp16 or fp32")
       ("reduce-dtype", po::value(&f.reduce), "gradient reduce dtype: fp32 (default) or the training dtype")
       ("lr", po::value(&f.lr), "learning rate (overrides the config)")
@@ -158,8 +153,7 @@ void check_model_flags(const Flags& f, const boost::program_options::variables_m
           "--model gpt needs --data FILE: a token file (llm.c's .bin shards or nanoGPT's "
           "train.bin; `zero data TEXT --out PREFIX` makes one from a text file)");
     (void)preset_shape(f.preset);  // an unknown name is an error here
-    if (vm.count("compute") && f.compute != "bf16" && f.compute != "fp32")
-      throw Error(cat("--compute: expected bf16 or fp32, got '", f.compute, "'"));
+    check_compute_flag(vm, f.compute);
     for (const char* mlp_only : {"layers", "width"})
       if (!vm[mlp_only].defaulted())
         throw Error(cat("--", mlp_only, " shapes the MLP; the GPT's shape comes from --preset"));
@@ -195,8 +189,7 @@ void check_file_flags(const Flags& f, const boost::program_options::variables_ma
 // The flags alone, before any file is read.
 void check_flags(const Flags& f, const boost::program_options::variables_map& vm) {
   check_model_flags(f, vm);
-  if (f.device != "auto" && f.device != "cpu" && f.device != "cuda")
-    throw Error(cat("--device: expected cpu, cuda or auto, got '", f.device, "'"));
+  check_device_flag(f.device);
   if (vm.count("ranks")) require_at_least("--ranks", f.ranks, 1);
   if (vm.count("stage") && (f.stage < 0 || f.stage > 3))
     throw Error(cat("--stage (zero_optimization.stage): expected 0..3, got ", f.stage));
@@ -206,9 +199,7 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
   require_at_least("--width", f.width, 1);
   // One unit per layer: the engine's per-unit bookkeeping is sized for models of thousands.
   if (f.layers > 10000) throw Error(cat("--layers must be at most 10000, got ", f.layers));
-  if (vm.count("global-batch")) require_at_least("--global-batch", f.global_batch, 1);
-  if (vm.count("micro-batch")) require_at_least("--micro-batch", f.micro_batch, 1);
-  if (vm.count("accum")) require_at_least("--accum", f.accum, 1);
+  check_batch_flags(vm, f.global_batch, f.micro_batch, f.accum);
   if (vm.count("reduce-bucket-size")) require_at_least("--reduce-bucket-size", f.reduce_bucket, 1);
   if (vm.count("allgather-bucket-size"))
     require_at_least("--allgather-bucket-size", f.allgather_bucket, 1);
@@ -233,6 +224,21 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
 std::vector<UnitSpec> units_of(const Run& run) {
   return run.gpt ? models::gpt_units(run.gpt_shape) : models::mlp_units(run.shape);
 }
+
+namespace {
+
+// The model and micro-batch a memory sentence speaks of, in the words of the model trained.
+std::string model_words(const Run& run) {
+  const std::int64_t b = run.micro;
+  if (run.gpt)
+    return cat("a GPT of ", run.gpt_shape.layers, " layers, hidden ", run.gpt_shape.hidden,
+               ", in micro-batches of ", b, b == 1 ? " sequence" : " sequences", " of ",
+               run.gpt_shape.seq_len, " tokens");
+  return cat(run.shape.layers, " layers of width ", run.shape.width, ", in micro-batches of ", b,
+             b == 1 ? " sample" : " samples");
+}
+
+}  // namespace
 
 // What one rank holds on the host, by the planner (model states, buffers and the activations of
 // a micro-batch) on the CPU path, or the trainer's host sample buffers on the GPU path; refused
@@ -269,10 +275,8 @@ void check_host_memory(const Run& run, int world, int ranks_here, bool on_gpu) {
       per_rank = plan_memory(in).peak_total;
     }
   } catch (const Overflow&) {  // far more than any machine holds
-    throw Error(cat("this run's memory (", run.shape.layers, " layers of width ", w,
-                    ", micro-batches of ", b,
-                    " samples) overflows 64-bit byte counts; lower "
-                    "--width, --global-batch or --micro-batch"));
+    throw Error(cat("this run's memory (", model_words(run), ") overflows 64-bit byte counts; lower ",
+                    run.gpt ? "--global-batch or --micro-batch" : "--width, --global-batch or --micro-batch"));
   }
   const auto avail = available_host_memory();
   if (!avail) return;
@@ -281,10 +285,10 @@ void check_host_memory(const Run& run, int world, int ranks_here, bool on_gpu) {
     throw Error(
         cat("this run needs ", format_bytes(per_rank), " of host memory per rank",
             ranks_here > 1 ? cat(" (x ", ranks_here, " ranks on this node)") : std::string(),
-            ": model states, buffers and the activations of micro-batches of ", b,
-            " samples of width ", w, ", but ", format_bytes(*avail),
-            " is available (MemAvailable); lower --global-batch, --micro-batch or --width, "
-            "or raise --accum or -n"));
+            ": model states, buffers and the activations of ", model_words(run), ", but ",
+            format_bytes(*avail), " is available (MemAvailable); lower ",
+            run.gpt ? "--global-batch or --micro-batch" : "--global-batch, --micro-batch or --width",
+            ", or raise --accum or -n"));
 }
 
 // Flags over the config over zero train's defaults; `world` is the rank count when known (0
@@ -315,29 +319,13 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   if (vm.count("hpz")) config.zero.zero_hpz_partition_size = f.hpz;
   if (vm.count("timeout")) config.comm_timeout_seconds = f.timeout;
   // Batch sizes: a flag sets its key as if the config had given it (DeepSpeed's rule then
-  // derives the rest); with none given anywhere, zero train's global batch of 64.
-  if (vm.count("global-batch")) config.train_batch_size = f.global_batch;
-  if (vm.count("micro-batch")) {
-    config.train_micro_batch_size_per_gpu = f.micro_batch;
-    config.micro_batch_given = true;
-  }
-  if (vm.count("accum")) {
-    config.gradient_accumulation_steps = f.accum;
-    config.accumulation_given = true;
-  }
+  // derives the rest); with none given anywhere, the model's default global batch.
+  apply_batch_flags(vm, f.global_batch, f.micro_batch, f.accum, config);
   run.gpt = f.model == "gpt";
-  // zero train's default global batch: 64 samples of the MLP, 16 sequences of the GPT.
-  if (!config.train_batch_size && !config.micro_batch_given)
-    config.train_batch_size = run.gpt ? 16 : 64;
+  apply_default_batch(config, run.gpt, world);
   if (run.gpt) {
     run.gpt_shape = preset_shape(f.preset);
-    run.compute = vm.count("compute")
-                      ? (f.compute == "bf16" ? models::GptCompute::bf16 : models::GptCompute::fp32)
-                  : config.precision == Precision::bf16 ? models::GptCompute::bf16
-                                                        : models::GptCompute::fp32;
-    if (run.compute == models::GptCompute::bf16 && config.precision != Precision::bf16)
-      throw Error(cat("--compute bf16 needs bf16 parameters, but the run trains in ",
-                      name_of(config.precision), "; use --compute fp32 or --precision bf16"));
+    run.compute = resolve_compute(vm, f.compute, config.precision);
   }
   run.shape.layers = f.layers;
   run.shape.width = f.width;
@@ -347,7 +335,8 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   run.steps = f.steps;
   run.log_every = vm.count("log-every") ? f.log_every : from_file ? config.steps_per_print : 1;
   run.timeout = config.comm_timeout_seconds;
-  fill_auto_from_model(config, f.width);
+  // Hugging Face's "auto" rules read the hidden size of the model trained.
+  fill_auto_from_model(config, run.gpt ? run.gpt_shape.hidden : std::int64_t{f.width});
   if (world < 1) return run;
   try {
     config.resolve_batch(world);

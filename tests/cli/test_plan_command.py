@@ -86,11 +86,11 @@ check("--offload cpu plans stages 1-3 (stage 0 has no optimizer shard to move)",
 r = run("--list-presets")
 check("--list-presets lists the GPT-2 and GPT-3 sizes",
       r.returncode == 0 and "gpt2-small" in r.stdout and "gpt3-1.3b" in r.stdout, r.stdout + r.stderr)
-g = plans("--preset", "gpt2-small", "--stage", "0")
+g = plans("--preset", "gpt2-small", "--stage", "0", "--micro-batch", "1")
 check("gpt2-small has GPT-2's 124M parameters", g is not None and close(g[0]["params"], 124_439_808, 0.01),
       g and g[0]["params"])
 check("a GPT has activations", g is not None and g[0]["activations_bytes"] > 0)
-rc = plans("--preset", "gpt2-small", "--stage", "0", "--recompute")
+rc = plans("--preset", "gpt2-small", "--stage", "0", "--micro-batch", "1", "--recompute")
 check("--recompute keeps fewer activations",
       g and rc and rc[0]["activations_bytes"] < g[0]["activations_bytes"])
 mb = plans("--preset", "gpt2-small", "--stage", "0", "--micro-batch", "4")
@@ -292,6 +292,52 @@ bad += [
     (["--params", "1e9", "-n", "16", "--ranks-per-node", "4", "--cluster", "h200", "--tokens-per-step", "1M"],
      "--ranks-per-node"),
 ]
+
+bad += [
+    (["--params", "1e9", "--micro-batch", "4"], "--micro-batch"),
+    (["--params", "1e9", "--global-batch", "64"], "--global-batch"),
+    (["--params", "1e9", "--model", "gpt"], "--model"),
+    (["--model", "tpu"], "--model"),
+    (["--model", "mlp", "--preset", "gpt-nano"], "--preset"),
+    (["--preset", "gpt-nano", "--width", "64"], "--width"),
+    (["--preset", "gpt-nano", "--device", "tpu"], "--device"),
+    (["--preset", "gpt-nano", "--compute", "fp8"], "--compute"),
+    (["--preset", "gpt-nano", "--precision", "fp32", "--compute", "bf16"], "--compute"),
+]
+
+# A plan states what it assumed: a bare count's units and activations (none unless given), the
+# device, and the batch; the "fits" verdicts say it.
+ps = plans("--params", "7B", "-n", "64", "--stage", "3", "--budget", "80GiB", "--device", "cuda")
+if ps is not None:
+    p = ps[0]
+    check("--params: the JSON states its units, activations and device",
+          (p.get("units"), p.get("activations_from"), p.get("device"), p.get("activations_bytes")) ==
+          (32, "none assumed", "cuda", 0), p)
+    check("--params: the fits verdict says what it assumed",
+          "32 equal units" in p.get("fits_assuming", "") and "activations 0 B" in p["fits_assuming"],
+          p.get("fits_assuming"))
+r = run("--params", "7B", "-n", "64", "--stage", "3", "--budget", "80GiB")
+check("--params: the text says its units and its activation assumption, and the fits line both",
+      r.returncode == 0 and "in 32 equal units (--units)" in r.stdout and
+      "activations: 0 B per rank, none assumed" in r.stdout and
+      "fits: assuming 32 equal units (--units), activations 0 B" in r.stdout, r.stdout + r.stderr)
+ps = plans("--params", "7B", "-n", "64", "--stage", "3", "--units", "48", "--activations", "2GiB",
+           "--budget", "80GiB")
+check("--units and --activations are what the plan assumes, and says",
+      ps is not None and (ps[0]["units"], ps[0]["activations_bytes"], ps[0]["activations_from"]) ==
+      (48, 2 << 30, "given (--activations)") and "48 equal units" in ps[0]["fits_assuming"],
+      ps and ps[0])
+g = plans("--preset", "gpt-nano", "-n", "4", "--stage", "0")
+check("a GPT's plan says its activations are zero's trainer's, and its batch",
+      g is not None and g[0]["activations_from"] == "zero's GPT trainer (bf16 compute)" and
+      (g[0]["global_batch"], g[0]["micro_batch"], g[0]["accumulation"]) == (16, 4, 1), g and g[0])
+g = plans("--preset", "gpt-nano", "-n", "4", "--stage", "0", "--recompute")
+check("with --recompute the plan says the activations are Korthikanti et al.'s formula",
+      g is not None and g[0]["activations_from"].startswith("Korthikanti"), g and g[0])
+m = plans("--model", "mlp", "-n", "2", "--stage", "2")
+check("--model mlp plans zero train's MLP (4 layers of width 512, 64 samples)",
+      m is not None and m[0]["units"] == 4 and m[0]["params"] == 4 * (512 * 512 + 512) and
+      m[0]["global_batch"] == 64, m and m[0])
 
 for args, word in bad:
     r = run(*args)

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""`zero plan` on its own is the plan of the run: for the same flags, `zero plan --json -`'s bytes
+per category equal what `zero train --json` measures (rank 0's ledger), to the byte, over a grid
+of the GPTs (gpt-nano, gpt-micro) at 1-4 ranks, every stage, micro-batch 1 and 4 and the default
+batch, on the host (--device cpu), and the MLP once. Then the two commands' shared flags: the
+same defaults (the batch a GPT run takes), a --device plan refuses nothing train takes, and
+"auto" keys and out-of-memory sentences that speak of the model trained.
+Usage: test_plan_equals_train.py path/to/zero. Prints 'N passed, N failed'."""
+import json, os, subprocess, sys, tempfile
+
+ZERO = sys.argv[1]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checks import check, finish, user_env  # noqa: E402
+
+TEXT = ("The plan is the run: what each rank holds is counted before anything starts, and the "
+        "ledger of the run measures the same bytes at every stage. ") * 40
+# plan's JSON key for each of train's measured categories.
+CATEGORIES = {"params": "params_bytes", "grads": "grads_bytes", "master": "master_bytes",
+              "optimizer": "optimizer_bytes", "buffers": "buffers_bytes",
+              "activations": "activations_bytes", "peak total": "peak_bytes"}
+# (model flags, ranks, stage, other flags): every stage at micro-batch 1 and 4 at 4 ranks (nano);
+# every stage at 2 ranks (micro); 1 and 3 ranks, the default batch and the default device
+# (no --device: both commands decide it alike) a few times; the MLP once.
+NANO = ["--model", "gpt", "--preset", "gpt-nano"]
+MICRO = ["--model", "gpt", "--preset", "gpt-micro"]
+CPU = ["--device", "cpu"]
+GRID = ([(NANO, 4, s, [*CPU, "--micro-batch", m]) for s in range(4) for m in ("1", "4")] +
+        [(MICRO, 2, s, [*CPU, "--micro-batch", "41"[s % 2]]) for s in range(4)] +
+        [(NANO, 1, 0, CPU), (NANO, 3, 3, [*CPU, "--micro-batch", "1"]), (MICRO, 3, 1, CPU),
+         (MICRO, 1, 2, [*CPU, "--micro-batch", "4"]),
+         (NANO, 2, 2, [*CPU, "--micro-batch", "2", "--accum", "2"]),
+         (NANO, 4, 1, ["--micro-batch", "4"]), (["--model", "mlp"], 2, 2, CPU)])
+
+
+def zero(*args, timeout=300):
+    return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout,
+                          env=user_env(ZERO_FMA_PEAK="1e10 fixed"))
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    txt = os.path.join(tmp, "text.txt")
+    with open(txt, "w") as f:
+        f.write(TEXT)
+    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
+    check("zero data makes the token file", r.returncode == 0, r.stdout + r.stderr)
+    data = ["--data", os.path.join(tmp, "t_train.bin")]
+
+    for model, n, stage, batch in GRID:
+        flags = [*model, "-n", str(n), "--stage", str(stage), *batch]
+        name = " ".join(flags)
+        js = os.path.join(tmp, "run.json")
+        gpt = "gpt" in model
+        r = zero("train", *flags, *(data if gpt else []), "--steps", "2", "--json", js)
+        check(f"zero train {name} runs", r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:])
+        if r.returncode != 0:
+            continue
+        with open(js) as f:
+            measured = {k: v["measured"] for k, v in json.load(f)["memory_planned_vs_measured"].items()}
+        p = zero("plan", *flags, "--json", "-")
+        check(f"zero plan {name} plans", p.returncode == 0, p.stderr)
+        if p.returncode != 0:
+            continue
+        plan = json.loads(p.stdout)[0]
+        planned = {k: plan[key] for k, key in CATEGORIES.items()}
+        check(f"{name}: plan == measured per category, to the byte", planned == measured,
+              {k: (planned[k], measured.get(k)) for k in planned if planned[k] != measured.get(k)})
+
+    # The same defaults: a GPT run's batch is 16 sequences (rounded up to the ranks), the plan's too.
+    p = zero("plan", *NANO, "-n", "4", "--stage", "0", "--json", "-")
+    ok = p.returncode == 0 and json.loads(p.stdout)[0]["micro_batch"] == 4
+    check("zero plan's default batch for a GPT is zero train's (16 over 4 ranks: micro-batch 4)", ok,
+          p.stdout[-300:] + p.stderr)
+    p = zero("plan", "--preset", "gpt-nano", "-n", "3", "--stage", "0", "--json", "-")
+    ok = p.returncode == 0 and (json.loads(p.stdout)[0]["global_batch"],
+                                json.loads(p.stdout)[0]["micro_batch"]) == (18, 6)
+    check("the default global batch rounds up to a multiple of the ranks (18 = 6 x 3)", ok,
+          p.stdout[-300:] + p.stderr)
+    r = zero("train", "--help")
+    words = " ".join(r.stdout.split())
+    check("zero train --help says the GPT's default global batch",
+          r.returncode == 0 and "16 sequences for the GPT" in words and "64 for the MLP" in words,
+          r.stdout)
+    p = zero("plan", "--preset", "gpt-nano", "--device", "gpu")
+    check("zero plan --device names its choices", p.returncode != 0 and "--device" in p.stderr
+          and "cpu, cuda or auto" in p.stderr, p.stderr)
+    devices = {}
+    for device in ("cpu", "cuda"):
+        p = zero("plan", *NANO, "-n", "4", "--stage", "0", "--device", device, "--json", "-")
+        devices[device] = json.loads(p.stdout)[0] if p.returncode == 0 else {}
+    check("zero plan --device cpu and cuda differ only in the staging the communicator keeps",
+          devices["cpu"].get("device") == "cpu" and devices["cuda"].get("device") == "cuda" and
+          devices["cpu"]["buffers_bytes"] != devices["cuda"]["buffers_bytes"] and
+          devices["cpu"]["model_states_bytes"] == devices["cuda"]["model_states_bytes"],
+          (devices["cpu"].get("buffers_bytes"), devices["cuda"].get("buffers_bytes")))
+
+    # "auto" bucket sizes from the model trained: gpt-nano's hidden 128, not the MLP's width 512.
+    cfg = os.path.join(tmp, "auto.json")
+    with open(cfg, "w") as f:
+        json.dump({"train_batch_size": 8, "zero_optimization": {
+            "stage": 2, "reduce_bucket_size": "auto"}}, f)
+    r = zero("train", *NANO, *data, "-n", "1", "--steps", "1", "--config", cfg, "--device", "cpu")
+    check("zero train --model gpt fills an \"auto\" bucket from the GPT's hidden size (128² = 16384)",
+          r.returncode == 0 and "reduce_bucket_size = 16384 (was \"auto\")" in r.stdout,
+          r.stdout[-800:] + r.stderr[-800:])
+    r = zero("train", "-n", "1", "--steps", "1", "--config", cfg, "--device", "cpu")
+    check("zero train's MLP fills it from its width (512² = 262144)",
+          r.returncode == 0 and "reduce_bucket_size = 262144 (was \"auto\")" in r.stdout,
+          r.stdout[-800:] + r.stderr[-800:])
+    p = zero("plan", *NANO, "-n", "1", "--config", cfg)
+    check("zero plan fills it as zero train does",
+          p.returncode == 0 and "reduce_bucket_size = 16384 (was \"auto\")" in p.stderr, p.stderr)
+
+    # Out of memory in the words of the model trained: sequences of a GPT, no --width.
+    r = zero("train", "--model", "gpt", "--preset", "gpt2-small", *data, "-n", "1", "--device",
+             "cpu", "--micro-batch", "100000", "--steps", "1")
+    err = r.stderr
+    check("a GPT too big for the host is refused in the GPT's words (sequences, no --width)",
+          r.returncode != 0 and "sequences of 1024 tokens" in err and "--width" not in err
+          and "width 512" not in err, err)
+    r = zero("train", "-n", "1", "--device", "cpu", "--width", "60000", "--layers", "40",
+             "--global-batch", "64", "--steps", "1")
+    check("the MLP's sentence still names its width", r.returncode != 0 and "width 60000" in
+          r.stderr and "--width" in r.stderr, r.stderr)
+
+finish()
