@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Soak: a long run of small `zero train` steps whose ranks' resident memory (RSS) is sampled as
 it goes, to show that a run's memory does not grow with its step count (docs/benchmarks.md,
-"Memory over a long run"). Prints each rank's RSS near the start, the middle and the end, and
-the slope of RSS against the step (least squares over the samples after the first tenth of the
+"Memory over a long run"). Prints each rank's RSS near the start, the middle and the end (the last sample before
+the final step's line: the summary and its files come after), and the slope of RSS against the step (least squares over the samples after the first tenth of the
 run) in bytes per step. Not a test: a million steps take minutes.
 
 Usage: bench/soak.py [--zero build/cli/zero] [--steps 1000000] [-n 2] [--every 0.25]
@@ -116,10 +116,12 @@ def main():
             import json
             j = json.load(f)
     print(f"{a.steps} steps on {a.n} rank(s) in {seconds:.0f} s; the json's history holds "
-          f"{len(j['history'])} steps (history_stride {j['history_stride']})")
+          f"{len(j.get('history', []))} steps (history_stride {j.get('history_stride', 1)})")
     print(f"{'rank (pid)':>12} {'start':>10} {'middle':>10} {'end':>10} {'slope':>14}")
     for i, (pid, pts) in enumerate(sorted(samples.items())):
-        pts = [(s, r) for s, r in pts if s > 0]
+        # Up to the last step line: after it come the summary, --json and --plot, whose
+        # buffers are the report's, not the run's.
+        pts = [(s, r) for s, r in pts if 0 < s < a.steps]
         if not pts:
             continue
         at = lambda frac: min(pts, key=lambda p: abs(p[0] - frac * a.steps))[1]

@@ -319,13 +319,13 @@ Measured measure(const Trainer& t, World& world) {
 // The summary, the memory per rank, planned vs measured, the traffic and the throughput
 // (rank 0).
 void print_summary(const Trainer& t, const Trained& r, const Measured& m) {
-  const std::int64_t run_steps = t.run_steps(), start = t.start, steps = t.run.steps;
+  const std::int64_t run_steps = t.run_steps(), start = t.start;
   const int n = t.n;
   const std::vector<std::int64_t>& all = m.all;
   const char* const* keys = kMemoryKeys;
   std::printf("\nsummary: loss %.6f -> %.6f in %lld steps%s %s, %.3f s/step, checksum %s\n",
               r.first_loss, r.loss, static_cast<long long>(run_steps),
-              start > 0 ? cat(" (", start + 1, "..", steps, ")").c_str() : "",
+              start > 0 ? cat(" (", start + 1, "..", start + run_steps, ")").c_str() : "",
               r.no_update.summary_text(r.skipped).c_str(), r.seconds / run_steps,
               hex16(m.checksum).c_str());
   if (t.checkpointer) print_saves(t.checkpointer->completed(), r.save_stalls, human_bytes);

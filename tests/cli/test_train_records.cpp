@@ -2,7 +2,13 @@
 // whatever the step count, MFU never exceeds 100% (the peak is raised instead, said once), the
 // peak follows the instructions the GEMMs run, and a run applying no update is ended by the rule
 // of docs/config.md ("Runs that apply no update").
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "cli/no_update.hpp"
@@ -105,6 +111,43 @@ TEST_CASE("the CPU peak is that of the instructions the GEMMs run") {
   REQUIRE_FALSE(zero::peak_is_bf16_dot(true, "onednn", false));
   REQUIRE_FALSE(zero::peak_is_bf16_dot(false, "onednn", true));
   REQUIRE_FALSE(zero::peak_is_bf16_dot(false, "widen", false));
+}
+
+TEST_CASE("the CPU peak is the best measured on this machine, kept in its cache file") {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("zero-peak-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "cpu-peaks").string();
+  ::setenv("ZERO_PEAK_CACHE", path.c_str(), 1);
+  auto read = [&] {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  auto set_figure = [&](const std::string& figure) {  // the one line's last field
+    std::string text = read();
+    const auto tab = text.rfind('\t');
+    std::ofstream(path, std::ios::trunc) << text.substr(0, tab + 1) << figure << '\n';
+  };
+  const zero::CpuPeak first = zero::cpu_peak(false, 0.002, 1);
+  if (first.core.flops > 0) {  // a CPU with FMA: the measurement is kept
+    REQUIRE(first.source == "measured now");
+    REQUIRE(contains(read(), first.core.kernel));
+    set_figure("1e15");  // a better figure measured before wins over a busy measurement now
+    const zero::CpuPeak cached = zero::cpu_peak(false, 0.002, 1);
+    REQUIRE(cached.core.flops == 1e15);
+    REQUIRE(contains(cached.source, path));
+    set_figure("1");  // a lower one is replaced by the measurement
+    const zero::CpuPeak again = zero::cpu_peak(false, 0.002, 1);
+    REQUIRE(again.source == "measured now");
+    REQUIRE(again.core.flops > 1);
+    REQUIRE(std::stod(read().substr(read().rfind('\t') + 1)) == again.core.flops);
+  }
+  ::setenv("ZERO_PEAK_CACHE", "off", 1);
+  REQUIRE(zero::cpu_peak(false, 0.002, 1).source == "measured now");
+  ::unsetenv("ZERO_PEAK_CACHE");
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a run whose gradients are all zero for max_consecutive_skipped_steps steps stops") {
