@@ -371,7 +371,8 @@ int cmd_compare(const Args& argv) {
   if (rank == 0)
     for (const auto& w : run.config.warnings) std::cerr << "zero compare: warning: " << w << '\n';
   Peak peak;
-  if (rank == 0 && run.gpt) peak = ranks_peak(on_gpu, n, local_rank);
+  if (rank == 0 && run.gpt)
+    peak = ranks_peak(on_gpu, n, local_rank, run.compute == models::GptCompute::bf16);
   const std::vector<StageResult> results =
       run_stages(f, c, vm, run, world, on_gpu, peak, resume, resume_step);
   if (rank == 0) report(f, c, run, n, on_gpu, peak, resume, results);

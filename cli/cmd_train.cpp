@@ -19,6 +19,7 @@
 #include "cli/commands.hpp"
 #include "cli/fill_auto.hpp"
 #include "cli/launch.hpp"
+#include "cli/no_update.hpp"
 #include "cli/options.hpp"
 #include "cli/rank_memory.hpp"
 #include "cli/train_checkpoint.hpp"
@@ -111,8 +112,9 @@ struct Trainer {
   Engine& engine;
   TrainerState& state;
   std::optional<Checkpointer>& checkpointer;
-  std::int64_t start = 0;  // the first step this process trains
-  std::int64_t run_steps() const { return run.steps - start; }
+  std::int64_t start = 0;       // the first step this process trains
+  std::int64_t stopped_at = 0;  // 0: the run goes to --steps; else the last step it trained
+  std::int64_t run_steps() const { return (stopped_at > 0 ? stopped_at : run.steps) - start; }
 };
 
 // The starting weights: a checkpoint (--resume), a safetensors file (--init) or the model's
@@ -161,22 +163,21 @@ void print_run_line(const Trainer& t) {
 struct Trained {
   double loss = 0, first_loss = 0, seconds = 0;
   std::int64_t skipped = 0;
+  NoUpdateRule no_update;  // the steps that applied no update, and the verdict on them
   std::vector<double> save_stalls;
   Throughput throughput;
 };
 
 // The step line (rank 0, every --log-every steps and the last).
 void print_step(const Trainer& t, std::int64_t s, const StepReport& rep, double loss,
-                double step_seconds, double tokens_per_step, double peak_flops) {
+                double step_seconds, double tokens_per_step, double mfu) {
   const TrainModel& model = t.model;
   std::printf(
       "step %4lld  loss %.6f  grad-norm %.4f  lr %.3g%s%s%s\n", static_cast<long long>(s + 1),
       loss, rep.grad_norm, rep.lr,
       model.tokens_per_sample() > 1
           ? cat("  ", static_cast<long long>(tokens_per_step / step_seconds), " tok/s",
-                peak_flops > 0 ? percent("  MFU ", tokens_per_step / step_seconds *
-                                                       model.flops_per_token() / peak_flops)
-                               : std::string(),
+                mfu > 0 ? percent("  MFU ", mfu) : std::string(),
                 "  ", std::llround(1e3 * step_seconds), " ms")
                 .c_str()
           : "",
@@ -195,14 +196,17 @@ Trained train_loop(Trainer& t) {
   Engine& engine = t.engine;
   const int rank = t.rank, n = t.n;
   Trained out;
-  // MFU (the GPT on the CPU) against the measured fp32 FMA peak of the cores the ranks run on
-  // (one core a rank, at most the node's): the bound a CPU GEMM reaches, bf16 or not, on a CPU
-  // without bf16 FMA units (docs/gpt.md). Measured by the launcher before the ranks started; in
-  // a job started by mpirun or srun, here, by rank 0, while the others may be starting up.
+  // MFU against the peak of the instructions the model's GEMMs run on the cores the ranks use
+  // (docs/gpt.md), raised by any step that runs faster (MfuMeter).
   Peak peak;
-  if (model.flops_per_token() > 0 && rank == 0) peak = ranks_peak(t.on_gpu, n, t.local_rank);
-  const double peak_flops = peak.flops;
-  StepClock clock(model, engine, t.run_steps());
+  if (model.flops_per_token() > 0 && rank == 0)
+    peak = ranks_peak(t.on_gpu, n, t.local_rank,
+                      t.run.gpt && t.run.compute == models::GptCompute::bf16);
+  MfuMeter mfu(peak.flops, peak.source);
+  out.no_update = NoUpdateRule(t.run.config);
+  // The per-step record lives on the rank that writes it, bounded (StepHistory).
+  StepClock clock(model, engine, t.run_steps(),
+                  rank == 0 && (!t.f.json_file.empty() || !t.f.plot_file.empty()));
   const double tokens_per_step = static_cast<double>(global_batch * model.tokens_per_sample());
   const auto t0 = std::chrono::steady_clock::now();
   // On a terminal a progress bar with the ETA sits under the step lines; plain lines otherwise.
@@ -217,9 +221,14 @@ Trained train_loop(Trainer& t) {
     out.loss = *rep.loss;
     const double step_seconds = clock.step_done(s - t.start, out.loss, rep.grad_norm);
     if (s == t.start) out.first_loss = out.loss;
+    const double step_mfu =
+        mfu.fraction(tokens_per_step / step_seconds * model.flops_per_token(), s + 1);
+    if (out.no_update.step(rep, s + 1)) t.stopped_at = s + 1;  // the same on every rank
     if (bar) std::printf("\r\033[K");
-    if (rank == 0 && (s % log_every == 0 || s + 1 == steps))
-      print_step(t, s, rep, out.loss, step_seconds, tokens_per_step, peak_flops);
+    if (rank == 0 && (s % log_every == 0 || s + 1 == steps || t.stopped_at))
+      print_step(t, s, rep, out.loss, step_seconds, tokens_per_step, step_mfu);
+    mfu.print_note();
+    if (t.stopped_at) break;
     if (bar && s + 1 < steps) {
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -238,10 +247,10 @@ Trained train_loop(Trainer& t) {
   if (t.checkpointer) t.checkpointer->wait();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.throughput = clock.result(global_batch, model.tokens_per_sample());
-  if (rank == 0 && peak_flops > 0) {
+  if (rank == 0 && mfu.peak() > 0) {
     out.throughput.flops_per_token = model.flops_per_token();
-    out.throughput.peak_flops = peak_flops;
-    out.throughput.peak_source = peak.source;
+    out.throughput.peak_flops = mfu.peak();
+    out.throughput.peak_source = mfu.source();
   }
   return out;
 }
@@ -307,11 +316,11 @@ Measured measure(const Trainer& t, World& world) {
 // (rank 0).
 void print_summary(const Trainer& t, const Trained& r, const Measured& m) {
   const std::int64_t run_steps = t.run_steps(), start = t.start, steps = t.run.steps;
-  std::printf(
-      "\nsummary: loss %.6f -> %.6f in %lld steps%s (%lld skipped), %.3f s/step, checksum %s\n",
-      r.first_loss, r.loss, static_cast<long long>(run_steps),
-      start > 0 ? cat(" (", start + 1, "..", steps, ")").c_str() : "",
-      static_cast<long long>(r.skipped), r.seconds / run_steps, hex16(m.checksum).c_str());
+  std::printf("\nsummary: loss %.6f -> %.6f in %lld steps%s %s, %.3f s/step, checksum %s\n",
+              r.first_loss, r.loss, static_cast<long long>(run_steps),
+              start > 0 ? cat(" (", start + 1, "..", steps, ")").c_str() : "",
+              r.no_update.summary_text(r.skipped).c_str(), r.seconds / run_steps,
+              hex16(m.checksum).c_str());
   if (t.checkpointer) print_saves(t.checkpointer->completed(), r.save_stalls, human_bytes);
   print_rank_memory(m.all, static_cast<double>(t.engine.layout().numel), human_bytes);
   std::printf("\nplanned vs measured (rank 0; `zero plan` predicts this before a run)\n");
@@ -376,6 +385,7 @@ void write_json(const Trainer& t, const Trained& r, const Measured& m,
       {"final_loss", r.loss},
       {"params_checksum", hex16(m.checksum)},
       {"skipped_steps", r.skipped},
+      {"no_update_steps", r.no_update.no_update()},
       {"seconds_per_step", r.seconds / run_steps},
       {"memory_bytes", memory},
       {"memory_planned_vs_measured",
@@ -459,6 +469,8 @@ int cmd_train(const Args& argv) {
   if (rank == 0) print_summary(t, trained, measured);
   if (rank == 0 && !f.plot_file.empty()) write_plot(t, trained);
   if (rank == 0 && !f.json_file.empty()) write_json(t, trained, measured, resumed);
+  // Every rank reads the same reports, so every rank ends the run here (cli/no_update.hpp).
+  if (const std::string v = trained.no_update.verdict(t.run_steps()); !v.empty()) throw Error(v);
   return 0;
 }
 

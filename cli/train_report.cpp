@@ -2,6 +2,7 @@
 #include "cli/train_report.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iterator>
 #include <utility>
@@ -24,11 +25,75 @@ comm::Accounting minus(comm::Accounting a, const comm::Accounting& b) {
   return a;
 }
 
+// "12.34": GFLOP/s with two decimals.
+std::string gflops(double flops) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", flops / 1e9);
+  return b;
+}
+
 }  // namespace
 
-StepClock::StepClock(const TrainModel& model, const Engine& engine, std::int64_t steps)
-    : model_(model), engine_(engine), steps_(steps), last_(read()) {
-  history_.reserve(static_cast<std::size_t>(steps));
+// An even cap of at least 2, so that thinning a full record always keeps the step that filled it.
+StepHistory::StepHistory(std::int64_t expected_steps, std::size_t cap)
+    : cap_(std::max<std::size_t>(cap, 2) & ~std::size_t{1}) {
+  const auto expected = static_cast<std::size_t>(std::max<std::int64_t>(expected_steps, 1));
+  kept_.reserve(std::min(cap_, expected));
+}
+
+void StepHistory::push(const StepRecord& r) {
+  last_ = r;
+  if ((r.step - 1) % stride_ != 0) return;
+  if (kept_.size() == cap_) {
+    // Keep steps 1, 1 + 2 stride, ...: the even entries. cap_ is even, so this step stays.
+    std::size_t j = 0;
+    for (std::size_t i = 0; i < kept_.size(); i += 2) kept_[j++] = kept_[i];
+    kept_.resize(j);
+    stride_ *= 2;
+    if ((r.step - 1) % stride_ != 0) return;
+  }
+  kept_.push_back(r);
+}
+
+std::vector<StepRecord> StepHistory::records() const {
+  std::vector<StepRecord> out(kept_);
+  if (last_ && !last_kept()) out.push_back(*last_);
+  return out;
+}
+
+MfuMeter::MfuMeter(double peak_flops, std::string peak_source)
+    : peak_(peak_flops), source_(std::move(peak_source)) {}
+
+double MfuMeter::fraction(double flops_per_second, std::int64_t step) {
+  if (peak_ <= 0 || !std::isfinite(flops_per_second)) return 0;
+  if (flops_per_second > peak_) {
+    if (note_.empty()) {
+      note_ = cat("step ", step, " ran the model's FLOPs at ", gflops(flops_per_second),
+                  " GFLOP/s, above the peak (", gflops(peak_), " GFLOP/s: ", source_,
+                  "), which was therefore measured low; MFU is against the fastest step's rate "
+                  "from here on");
+      source_ += "; raised to the fastest step's rate";
+    }
+    peak_ = flops_per_second;
+  }
+  return flops_per_second / peak_;
+}
+
+std::string MfuMeter::note() {
+  if (noted_) return {};
+  noted_ = !note_.empty();
+  return note_;
+}
+
+void MfuMeter::print_note() {
+  if (const std::string line = note(); !line.empty())
+    std::printf("zero train: note: %s\n", line.c_str());
+}
+
+StepClock::StepClock(const TrainModel& model, const Engine& engine, std::int64_t steps,
+                     bool keep_history)
+    : model_(model), engine_(engine), last_(read()) {
+  if (keep_history) history_.emplace(steps);
 }
 
 StepClock::Reading StepClock::read() const {
@@ -43,24 +108,28 @@ double StepClock::step_done(std::int64_t s, double loss, double grad_norm) {
                     now.engine.optimizer_seconds - last_.engine.optimizer_seconds,
                     now.trainer.data_seconds - last_.trainer.data_seconds};
   last_ = now;
-  if (s == 0) after_first_ = engine_.comm_accounting();
-  if (s > 0 || steps_ == 1) {
+  ++done_;
+  if (s == 0) after_first_ = engine_.comm_accounting(), first_ = d;
+  if (s > 0) {
     sum_.total += d.total, sum_.compute += d.compute, sum_.wait += d.wait;
     sum_.optimizer += d.optimizer, sum_.data += d.data;
   }
-  StepSplit mine = d;
-  mine.other = std::max(0.0, d.total - (d.compute + d.wait + d.optimizer + d.data));
-  history_.push_back({loss, d.total, grad_norm, mine});
+  if (history_) {
+    StepSplit mine = d;
+    mine.other = std::max(0.0, d.total - (d.compute + d.wait + d.optimizer + d.data));
+    history_->push({s + 1, loss, d.total, grad_norm, mine});
+  }
   return d.total;
 }
 
 Throughput StepClock::result(std::int64_t global_batch, std::int64_t tokens_per_sample) const {
   Throughput t;
-  t.steps = steps_;
-  t.measured_steps = steps_ > 1 ? steps_ - 1 : 1;
+  t.steps = done_;
+  t.measured_steps = done_ > 1 ? done_ - 1 : 1;
   const double n = static_cast<double>(t.measured_steps);
+  const StepSplit& sum = done_ > 1 ? sum_ : first_;  // one step: the first is all there is
   StepSplit& m = t.step;
-  m = {sum_.total / n, sum_.compute / n, sum_.wait / n, sum_.optimizer / n, sum_.data / n, 0};
+  m = {sum.total / n, sum.compute / n, sum.wait / n, sum.optimizer / n, sum.data / n, 0};
   // The parts are read inside the total, so the rest is >= 0 but for clock rounding.
   m.other = m.total - (m.compute + m.wait + m.optimizer + m.data);
   if (m.other < 0) m.compute += m.other, m.other = 0;
@@ -68,8 +137,8 @@ Throughput StepClock::result(std::int64_t global_batch, std::int64_t tokens_per_
   if (tokens_per_sample > 1)
     t.tokens_per_second = t.samples_per_second * static_cast<double>(tokens_per_sample);
   const comm::Accounting all = engine_.comm_accounting();
-  t.collectives = steps_ > 1 ? minus(all, after_first_) : all;
-  t.history = history_;
+  t.collectives = done_ > 1 ? minus(all, after_first_) : all;
+  if (history_) t.history = history_->records(), t.history_stride = history_->stride();
   return t;
 }
 
@@ -90,8 +159,10 @@ std::string loss_svg(const std::vector<StepRecord>& history, const std::string& 
   std::string escaped;
   for (char c : title)
     escaped += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
-  const double n = static_cast<double>(std::max<std::size_t>(history.size(), 2) - 1);
-  auto x = [&](double i) { return left + (W - left - right) * i / n; };
+  const double first = history.empty() ? 1 : static_cast<double>(history.front().step);
+  const double last = history.empty() ? 1 : static_cast<double>(history.back().step);
+  const double n = std::max(last - first, 1.0);
+  auto x = [&](double step) { return left + (W - left - right) * (step - first) / n; };
   auto y = [&](double v) { return top + (H - top - bottom) * (hi - v) / (hi - lo); };
   std::string out = cat("<svg xmlns='http://www.w3.org/2000/svg' width='", W, "' height='", H,
                         "' font-family='sans-serif' font-size='12'>\n<rect width='100%' "
@@ -107,13 +178,14 @@ std::string loss_svg(const std::vector<StepRecord>& history, const std::string& 
     out +=
         cat("<text x='", left - 6, "' y='", y(v) + 4, "' text-anchor='end'>", label, "</text>\n");
   }
-  out += cat("<text x='", (W + left) / 2, "' y='", H - 12, "' text-anchor='middle'>step (1 to ",
-             history.size(), ")</text>\n<text x='14' y='", (H + top) / 2,
-             "' transform='rotate(-90 14 ", (H + top) / 2, ")' text-anchor='middle'>loss</text>\n");
+  out += cat("<text x='", (W + left) / 2, "' y='", H - 12, "' text-anchor='middle'>step (",
+             static_cast<std::int64_t>(first), " to ", static_cast<std::int64_t>(last),
+             ")</text>\n<text x='14' y='", (H + top) / 2, "' transform='rotate(-90 14 ",
+             (H + top) / 2, ")' text-anchor='middle'>loss</text>\n");
   out += "<polyline fill='none' stroke='#1f77b4' stroke-width='1.5' points='";
-  for (std::size_t i = 0; i < history.size(); ++i) {
+  for (const StepRecord& r : history) {
     char pt[64];
-    std::snprintf(pt, sizeof pt, "%.1f,%.1f ", x(static_cast<double>(i)), y(history[i].loss));
+    std::snprintf(pt, sizeof pt, "%.1f,%.1f ", x(static_cast<double>(r.step)), y(r.loss));
     out += pt;
   }
   return out + "'/>\n</svg>\n";
@@ -205,17 +277,18 @@ void add_throughput_json(boost::json::object& j, const Throughput& t) {
   }
   j["collectives"] = std::move(ops);
   boost::json::array history;
-  for (std::size_t i = 0; i < t.history.size(); ++i)
-    history.push_back({{"step", static_cast<std::int64_t>(i + 1)},
-                       {"loss", t.history[i].loss},
-                       {"seconds", t.history[i].seconds},
-                       {"grad_norm", t.history[i].grad_norm},
-                       {"compute", t.history[i].split.compute},
-                       {"wait", t.history[i].split.wait},
-                       {"optimizer", t.history[i].split.optimizer},
-                       {"data", t.history[i].split.data},
-                       {"other", t.history[i].split.other}});
+  for (const StepRecord& h : t.history)
+    history.push_back({{"step", h.step},
+                       {"loss", h.loss},
+                       {"seconds", h.seconds},
+                       {"grad_norm", h.grad_norm},
+                       {"compute", h.split.compute},
+                       {"wait", h.split.wait},
+                       {"optimizer", h.split.optimizer},
+                       {"data", h.split.data},
+                       {"other", h.split.other}});
   j["history"] = std::move(history);
+  j["history_stride"] = t.history_stride;
 }
 
 }  // namespace zero::cli

@@ -361,8 +361,10 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
 double before_launch(const Flags& f, const boost::program_options::variables_map& vm, int asked,
                      bool steps_from_start) {
   double timeout = 0;
+  bool bf16_math = false;  // the GPT's GEMMs in bf16: the peak is theirs
   {
     const Run early = resolve_run(f, vm, asked);
+    bf16_math = early.gpt && early.compute == models::GptCompute::bf16;
     if (early.gpt && !in_mpi_job()) {  // a bad token file is said once, before ranks start
       const models::TokenFile file(f.data);
       file.check_vocab(early.gpt_shape.vocab);
@@ -377,16 +379,16 @@ double before_launch(const Flags& f, const boost::program_options::variables_map
       check_host_memory(early, asked, asked, false);
     timeout = early.timeout;
   }
-  // The GPT's MFU is against the cores' FMA peak, measured here while no rank runs (ranks
-  // sharing cores would measure each other) and handed to the ranks.
+  // The GPT's MFU is against the cores' peak, measured here while no rank runs (ranks sharing
+  // cores would measure each other) and handed to the ranks.
   if (f.model == "gpt" && asked > 1 && !in_mpi_job() && !std::getenv("ZERO_FMA_PEAK")) {
-    const CorePeak peak = measure_core_peak(0.05, 4);
-    ::setenv("ZERO_FMA_PEAK", cat(peak.flops, " ", peak.kernel).c_str(), 1);
+    const CpuPeak peak = cpu_peak(bf16_math);
+    ::setenv("ZERO_FMA_PEAK", cat(peak.core.flops, " ", peak.core.kernel, "\t", peak.source).c_str(), 1);
   }
   return timeout;
 }
 
-Peak ranks_peak(bool on_gpu, int n, int local_rank) {
+Peak ranks_peak(bool on_gpu, int n, int local_rank, bool bf16_math) {
   Peak out;
   if (on_gpu) {
     // On GPUs: each rank's device's dense bf16 tensor-core peak (zero/build_info.hpp), as
@@ -399,18 +401,21 @@ Peak ranks_peak(bool on_gpu, int n, int local_rank) {
       out.source = cat(d.name, " bf16 peak x ", n, " (", p.source, ")");
     }
   } else {
-    CorePeak peak;
-    if (const char* given = std::getenv("ZERO_FMA_PEAK")) {
+    CpuPeak peak;
+    if (const char* given = std::getenv("ZERO_FMA_PEAK")) {  // "FLOPS KERNEL\tSOURCE"
       std::istringstream in(given);
-      in >> peak.flops;
-      std::getline(in >> std::ws, peak.kernel);
+      in >> peak.core.flops;
+      std::getline(in >> std::ws, peak.core.kernel, '\t');
+      std::getline(in, peak.source);
+      if (peak.source.empty()) peak.source = "given by ZERO_FMA_PEAK";
     } else {
-      peak = measure_core_peak(0.05, 4);
+      peak = cpu_peak(bf16_math);
     }
     const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
     const long used = std::min<long>(cores, n);
-    out.flops = peak.flops * static_cast<double>(used);
-    out.source = cat(peak.kernel, " peak of ", used, " core", used == 1 ? "" : "s", ", measured");
+    out.flops = peak.core.flops * static_cast<double>(used);
+    out.source = cat(peak.core.kernel, " peak of ", used, " core", used == 1 ? "" : "s", ", ",
+                     peak.source);
   }
   return out;
 }

@@ -77,13 +77,14 @@ double before_launch(const Flags& f, const boost::program_options::variables_map
 
 // What MFU is measured against (rank 0 calls it): on GPUs each rank's device's dense bf16
 // tensor-core peak (zero/build_info.hpp), as llm.c counts it, whatever the compute dtype, read for
-// the device of `local_rank`; on the CPU the measured fp32 FMA peak of the cores the ranks run on
-// (one core a rank, at most the node's), from ZERO_FMA_PEAK when the launcher measured it before
-// the ranks started.
+// the device of `local_rank`; on the CPU the peak of the instructions the GEMMs run (cpu_peak:
+// bf16 dot products for `bf16_math` on oneDNN where the CPU has them, else fp32 FMA) times the
+// cores the ranks run on (one core a rank, at most the node's), from ZERO_FMA_PEAK when the
+// launcher measured it before the ranks started.
 struct Peak {
   double flops = 0;    // 0: unknown
   std::string source;  // how it was found, for the report
 };
-Peak ranks_peak(bool on_gpu, int ranks, int local_rank);
+Peak ranks_peak(bool on_gpu, int ranks, int local_rank, bool bf16_math);
 
 }  // namespace zero::cli

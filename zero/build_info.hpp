@@ -66,6 +66,24 @@ struct CorePeak {
 };
 CorePeak measure_core_peak(double seconds, int tries = 1);
 
+// The peak a run's CPU math is measured against (docs/gpt.md, "What a user sees"): that of the
+// instructions its GEMMs run. bf16 dot products (AVX512-BF16's vdpbf16ps, twice the FLOPs of an
+// fp32 FMA an instruction) when the math is bf16, the bf16 GEMM is oneDNN's (which runs them) and
+// the CPU has them; fp32 FMA otherwise (OpenBLAS, and the widening bf16 path over it).
+bool peak_is_bf16_dot(bool bf16_math, const std::string& gemm_bf16_backend, bool cpu_bf16_dot);
+
+// One core's peak on those instructions, from a stable source: the best of `tries` measurements
+// of `seconds` now, and of every such measurement on this machine before, kept in a cache file
+// (one line per host, CPU model and kernel; ZERO_PEAK_CACHE names the file, "off" keeps none;
+// by default $XDG_CACHE_HOME/zero/cpu-peaks, else ~/.cache/zero/cpu-peaks). A measurement on
+// busy cores is low, never high, so the best one is the peak; a cache that cannot be read or
+// written is ignored. Throws only what gemm_bf16_backend() throws (when bf16_math).
+struct CpuPeak {
+  CorePeak core;       // the kernel and one core's FLOP/s
+  std::string source;  // "measured now" or "the best measured on this machine (<cache file>)"
+};
+CpuPeak cpu_peak(bool bf16_math, double seconds = 0.05, int tries = 4);
+
 // The OpenBLAS kernels this process runs, without the rest of build_info (docs/blas.md).
 struct BlasCore {
   std::string library;  // e.g. "OpenBLAS 0.3.21"
