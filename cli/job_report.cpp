@@ -189,8 +189,7 @@ std::string JobReport::last_line(const JobEnd& end) const {
            "; the job was ended\n";
   if (explained_) return "";
   if (death_.exit_code > 0)
-    return error + rank_words(death_) + " exited with status " +
-           std::to_string(death_.exit_code) +
+    return error + rank_words(death_) + " exited with status " + std::to_string(death_.exit_code) +
            " without an error line (a program that called exit, or a crash that printed "
            "nothing); the job was ended\n";
   if (death_.exit_code == 0)
@@ -199,8 +198,8 @@ std::string JobReport::last_line(const JobEnd& end) const {
            "was ended\n";
   if (signaled)
     return error + "mpirun, which ran the ranks, was killed by signal " +
-           std::to_string(WTERMSIG(end.status)) + " (" + signal_name(WTERMSIG(end.status)) +
-           "), " + signal_cause(WTERMSIG(end.status)) + "; the job's ranks were ended\n";
+           std::to_string(WTERMSIG(end.status)) + " (" + signal_name(WTERMSIG(end.status)) + "), " +
+           signal_cause(WTERMSIG(end.status)) + "; the job's ranks were ended\n";
   if (code != 0 && !shown_)
     return error + "the job ended with status " + std::to_string(code) +
            " and neither mpirun nor a rank said why\n";

@@ -61,7 +61,7 @@ class JobReport {
   bool in_box_ = false;
   bool explained_ = false;    // zero's own error line was shown, or a rank called MPI_Abort
   bool error_shown_ = false;  // zero's own error line was shown (later ones are dropped)
-  bool shown_ = false;      // anything at all reached the user's stderr
+  bool shown_ = false;        // anything at all reached the user's stderr
   std::map<int, Rank> ranks_seen_;
   Death death_;
 };

@@ -145,8 +145,10 @@ JobEnd watch(pid_t child, int err_fd, int signal_fd, JobReport& report) {
     if (fds[0].revents != 0) {
       char buf[16384];
       const ssize_t n = ::read(err_fd, buf, sizeof buf);
-      if (n > 0) write_all(STDERR_FILENO, report.feed({buf, static_cast<std::size_t>(n)}));
-      else if (n == 0 || (errno != EINTR && errno != EAGAIN)) fds[0].fd = -1;
+      if (n > 0)
+        write_all(STDERR_FILENO, report.feed({buf, static_cast<std::size_t>(n)}));
+      else if (n == 0 || (errno != EINTR && errno != EAGAIN))
+        fds[0].fd = -1;
     }
     if (fds[1].revents == 0) continue;
     unsigned char got[64];
@@ -207,7 +209,8 @@ std::string oversubscription_note(std::string_view command, int ranks) {
   if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
     cores = static_cast<unsigned>(CPU_COUNT(&set));
   if (cores == 0 || static_cast<unsigned>(ranks) <= cores) return "";
-  return cat("zero ", command, ": note: ", ranks, " ranks on ", cores, cores == 1 ? " core" : " cores",
+  return cat("zero ", command, ": note: ", ranks, " ranks on ", cores,
+             cores == 1 ? " core" : " cores",
              ": the ranks take turns on the cores, so the times (and the rates and MFU made "
              "from them) measure that sharing more than the training\n");
 }

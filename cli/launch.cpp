@@ -147,8 +147,8 @@ void ensure_ranks(int ranks, const std::vector<std::string>& argv) {
   ::setenv(kWatchVariable, "1", 1);
   // What the ranks read, passed on so that ranks on other nodes get it too (OpenBLAS reads
   // OPENBLAS_CORETYPE once, at load, on every node).
-  for (const char* var :
-       {"OPENBLAS_CORETYPE", "ZERO_STDOUT_TTY", "ZERO_FMA_PEAK", static_cast<const char*>(kWatchVariable)})
+  for (const char* var : {"OPENBLAS_CORETYPE", "ZERO_STDOUT_TTY", "ZERO_FMA_PEAK",
+                          static_cast<const char*>(kWatchVariable)})
     if (env(var)) {
       args.push_back("-x");
       args.push_back(var);
