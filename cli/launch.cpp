@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <utility>
 
 #include "base/error.hpp"
+#include "cli/job_watch.hpp"
 #include "zero/world.hpp"
 
 namespace zero::cli {
@@ -96,6 +98,7 @@ void ensure_ranks(int ranks, const std::vector<std::string>& argv) {
   if (ranks < 1) throw Error(cat("-n/--ranks must be at least 1, got ", ranks));
   refuse_torchrun(argv.size() > 1 ? std::string_view(argv[1]) : std::string_view("<command>"));
   if (in_mpi_job()) {
+    announce_rank();
     int n = job_size();
     if (n > 0 && n != ranks)
       throw Error(cat("this MPI job has ", n, " ranks but -n ", ranks,
@@ -135,14 +138,17 @@ void ensure_ranks(int ranks, const std::vector<std::string>& argv) {
   // Under mpirun a rank's stdout is a pseudo-terminal even when ours is a pipe: say which.
   ::setenv("ZERO_STDOUT_TTY", ::isatty(STDOUT_FILENO) ? "1" : "0", 1);
 
-  // -q: without it mpirun adds its banners ("MPI_ABORT was invoked on rank 0...", "Primary job
-  // terminated normally, but 1 process returned a non-zero exit code...") under the one line
-  // of the error that ended the job (comm::abort_job); Open MPI 4.1 keeps it for real trouble.
-  std::vector<std::string> args = {mpirun, "-q", "-n", std::to_string(ranks), "--bind-to", "none"};
+  // No -q: mpirun's reports of how the job ended (which rank died of which signal) are what
+  // the launcher reads (cli/job_report.cpp); it drops their banners ("MPI_ABORT was invoked on
+  // rank 0...", "Primary job terminated normally, but...") and says the rest in one line.
+  std::vector<std::string> args = {mpirun, "-n", std::to_string(ranks), "--bind-to", "none"};
   if (static_cast<unsigned>(ranks) > std::thread::hardware_concurrency())
     args.push_back("--oversubscribe");
-  // OpenBLAS reads it once, at load, on every node: ranks on other nodes get it only if passed.
-  for (const char* var : {"OPENBLAS_CORETYPE", "ZERO_STDOUT_TTY", "ZERO_FMA_PEAK"})
+  ::setenv(kWatchVariable, "1", 1);
+  // What the ranks read, passed on so that ranks on other nodes get it too (OpenBLAS reads
+  // OPENBLAS_CORETYPE once, at load, on every node).
+  for (const char* var : {"OPENBLAS_CORETYPE", "ZERO_STDOUT_TTY", "ZERO_FMA_PEAK",
+                          static_cast<const char*>(kWatchVariable)})
     if (env(var)) {
       args.push_back("-x");
       args.push_back(var);
@@ -150,11 +156,12 @@ void ensure_ranks(int ranks, const std::vector<std::string>& argv) {
   args.push_back(self);
   args.insert(args.end(), argv.begin() + 1, argv.end());
 
-  std::vector<char*> cargs;
-  for (auto& a : args) cargs.push_back(a.data());
-  cargs.push_back(nullptr);
-  ::execv(mpirun.c_str(), cargs.data());
-  throw Error(cat("could not start ", mpirun, ": ", std::strerror(errno)));
+  const std::string command = argv.size() > 1 ? argv[1] : "<command>";
+  std::fputs(oversubscription_note(command, ranks).c_str(), stdout);
+  std::fflush(stdout);  // before the ranks' lines, which reach the same stdout through mpirun
+  const int code = run_watched(args, command, ranks);
+  std::fflush(nullptr);
+  std::_Exit(code);  // as the exec that this replaces: the job is over, nothing more to run
 }
 
 }  // namespace zero::cli

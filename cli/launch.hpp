@@ -1,5 +1,6 @@
 // Runs a multi-rank subcommand: inside an MPI job (mpirun, srun) it uses the job's ranks;
-// outside one it relaunches this very executable under mpirun with the ranks asked for.
+// outside one it relaunches this very executable under mpirun with the ranks asked for, and
+// watches the job (cli/job_watch.hpp).
 #pragma once
 
 #include <optional>
@@ -14,9 +15,12 @@ bool in_mpi_job();
 
 // Decides how to run with `ranks` processes. Returns normally when this process should go on
 // (already inside a job of the right size, or ranks == 1 outside a job: a singleton run).
-// Outside a job with ranks > 1 it replaces this process with `mpirun -n ranks <argv...>` and
-// does not return; it throws zero::Error when mpirun cannot be found or started, or when a job
-// of another size was asked for.
+// Outside a job with ranks > 1 it runs `mpirun -n ranks <argv...>` as its child, passes on
+// its output (one line when a rank dies or the job is interrupted: run_watched), and ends this
+// process with the job's exit status: it does not return. Before, it prints a note on stdout when
+// the ranks outnumber the cores. It throws zero::Error when mpirun cannot be found or started, or
+// when a job of another size was asked for. Inside a job a rank announces itself to the launcher
+// (announce_rank).
 // Also refuses torchrun's environment (see check_job_size) before relaunching anything.
 void ensure_ranks(int ranks, const std::vector<std::string>& argv);
 

@@ -1,6 +1,7 @@
 // The process-wide broken flag and abort_job (see abort.hpp).
 #include "comm/abort.hpp"
 
+#include <fcntl.h>
 #include <mpi.h>
 #include <unistd.h>
 #ifdef __linux__
@@ -52,14 +53,35 @@ std::string job_key() {
   return "";
 }
 
-// True for the first rank of this job on this node to end the job, false for any later one:
-// the first binds a Linux abstract socket named after the job (a name that vanishes with the
-// process, so nothing is left behind), the others find the name taken. True where that cannot
-// be told (no job key, not Linux).
+// The first rank of this job on this node to end it, by a file in the job's session directory
+// (PMIx's PMIX_SERVER_TMPDIR, which mpirun or slurmstepd removes when the job ends): 1 when this
+// rank made it, 0 when another had, -1 when there is no such directory. A file, not the socket
+// below, because it outlives the rank that made it: that rank exits in MPI_Abort as soon as the
+// launcher has the message, and on a loaded machine the launcher took longer than that to end a
+// rank that then found the socket's name free and printed the error a second time.
+int first_by_file(const std::string& key) {
+  const char* dir = std::getenv("PMIX_SERVER_TMPDIR");
+  if (dir == nullptr || *dir == '\0') return -1;
+  std::string name = "zero-abort-" + key;
+  std::replace(name.begin(), name.end(), '/', '_');
+  const std::string path = std::string(dir) + "/" + name;
+  const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    ::close(fd);
+    return 1;
+  }
+  return errno == EEXIST ? 0 : -1;
+}
+
+// True for the first rank of this job on this node to end the job, false for any later one: the
+// file above, else a Linux abstract socket named after the job (a name that vanishes with the
+// process, so nothing is left behind): the first binds it, the others find the name taken. True
+// where that cannot be told (no job key, not Linux).
 bool first_to_report() {
 #ifdef __linux__
   const std::string key = job_key();
   if (key.empty()) return true;
+  if (const int by_file = first_by_file(key); by_file >= 0) return by_file == 1;
   const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return true;
   sockaddr_un addr{};

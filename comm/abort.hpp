@@ -21,10 +21,12 @@ bool any_communicator_broken();
 // initialised and not finalised, else _exit(code) (the launcher ends the other ranks when one
 // exits non-zero). In a job of several ranks, a rank other than 0 first waits a moment that
 // grows with its rank (0.5 s to 2.5 s; 1.5 s more without MPI, whose _exit the launcher is slower
-// to act on), and on one node only the first rank to get here prints: an error that every rank
-// hits is then printed once, by
-// the lowest rank that hits it, whose abort ends the others before they print; an error that
-// only one rank hits is still printed, by that rank, a moment later.
+// to act on), and on one node only the first rank to get here prints (it leaves a file in the
+// job's session directory, PMIX_SERVER_TMPDIR, which the launcher removes; else it holds a
+// socket named after the job): an error that every rank hits is then printed once, by the lowest
+// rank that hits it, whose abort ends the others before they print; an error that only one rank
+// hits is still printed, by that rank, a moment later. Ranks of other nodes may print it too;
+// `zero -n N` shows one (cli/job_report.hpp).
 [[noreturn]] void abort_job(std::string_view message, int code);
 
 // This process's rank in its job: MPI_COMM_WORLD's when MPI is initialised, else the launcher's
