@@ -51,10 +51,10 @@ Source find_param(const SafetensorsFile& file, const ParamLayout& p, bool tied,
     looked += cat(", or '", kHfHead, "', GPT-2's head tied to it");
     if (const SafetensorsTensor* t = file.find(kHfHead)) return {t, false};
   }
-  throw Error(cat(path, " has no tensor for parameter '", p.name, "' (looked for ", looked,
-                  "); it holds ", file.tensors().size(), " tensors",
-                  file.tensors().empty() ? std::string()
-                                         : cat(", the first '", file.tensors()[0].name, "'")));
+  throw Error(cat(
+      path, " has no tensor for parameter '", p.name, "' (looked for ", looked, "); it holds ",
+      file.tensors().size(), " tensors",
+      file.tensors().empty() ? std::string() : cat(", the first '", file.tensors()[0].name, "'")));
 }
 
 // The first element where tensors a and b (of one shape) differ bitwise as fp32, or -1.
@@ -81,11 +81,11 @@ std::int64_t first_difference(SafetensorsFile& file, const SafetensorsTensor& a,
 void check_tied_head(SafetensorsFile& file, const SafetensorsTensor& wte, const std::string& path) {
   const SafetensorsTensor* head = file.find(kHfHead);
   if (!head || head == &wte) return;
-  const std::string drop = cat(
+  const std::string drop =
       "zero's GPT ties its output head to wte (an untied head is not implemented), so this head "
-      "would be dropped; to start from wte as the head anyway, remove '", kHfHead,
-      "' from the file (Python: `from safetensors.torch import load_file, save_file; t = "
-      "load_file('FILE'); del t['", kHfHead, "']; save_file(t, 'tied.safetensors')`)");
+      "would be dropped; to start from wte as the head anyway, remove 'lm_head.weight' from the "
+      "file (Python: `from safetensors.torch import load_file, save_file; t = load_file('FILE'); "
+      "del t['lm_head.weight']; save_file(t, 'tied.safetensors')`)";
   if (head->shape != wte.shape)
     throw Error(cat(path, ": tensor '", kHfHead, "' has shape ", shape_text(head->shape),
                     " while '", wte.name, "' has ", shape_text(wte.shape),

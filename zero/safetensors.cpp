@@ -121,7 +121,8 @@ SafetensorsTensor header_tensor(const std::string& name, const json::value& valu
   const json::value* dt = o.if_contains("dtype");
   const json::value* sh = o.if_contains("shape");
   const json::value* off = o.if_contains("data_offsets");
-  if (!dt || !sh || !off) throw Error(cat(where, " lacks \"dtype\", \"shape\" or \"data_offsets\""));
+  if (!dt || !sh || !off)
+    throw Error(cat(where, " lacks \"dtype\", \"shape\" or \"data_offsets\""));
   if (!dt->is_string()) throw Error(cat(where, ": \"dtype\" is not a string"));
   t.dtype = std::string(dt->get_string());
   const std::optional<int> size = safetensors_dtype_bytes(t.dtype);

@@ -34,7 +34,9 @@ std::string bytes_of(const fs::path& p) {
   return s.str();
 }
 
-bool valid_seed(const fs::path& p) { return p.filename().string().starts_with("ok_"); }
+bool valid_seed(const fs::path& p) {
+  return p.filename().string().starts_with("ok_");
+}
 
 TEST_CASE("Every safetensors seed and past crasher ends in success or one zero::Error") {
   const auto files = corpus("ZERO_FUZZ_SAFETENSORS");

@@ -161,9 +161,9 @@ TEST_CASE("A PyTorch pytorch_model.bin is named, with how to convert it, not rea
   const Layout layout = make_layout(models::gpt_units(kShape), {});
   // torch.save's zip (its first bytes read as a header length of 578712552184433488 bytes), and
   // the pickle an older torch.save wrote (protocol 2, then torch's magic number).
-  const std::string zip = raw(dir.path, "pytorch_model.bin",
-                              std::string("PK\x03\x04\x00\x00\x08\x08\x00\x00", 10) +
-                                  "archive/data.pklPK");
+  const std::string zip =
+      raw(dir.path, "pytorch_model.bin",
+          std::string("PK\x03\x04\x00\x00\x08\x08\x00\x00", 10) + "archive/data.pklPK");
   const std::string pickle = raw(dir.path, "old_model.bin",
                                  std::string("\x80\x02\x8a\x0al\xfc\x9c\x46\xf9\x20\x6a\xa8", 12));
   for (const std::string& path : {zip, pickle}) {
