@@ -63,12 +63,182 @@ std::optional<std::int64_t> header_int(const json::value& v) {
   return std::nullopt;
 }
 
+// How to turn a PyTorch file into safetensors, for the sentence that refuses one.
+constexpr std::string_view kConvertTorch =
+    "convert it to safetensors in Python: `from transformers import AutoModelForCausalLM; "
+    "AutoModelForCausalLM.from_pretrained(MODEL_FOLDER).save_pretrained(OUT_FOLDER, "
+    "safe_serialization=True)`, or without transformers `import torch; from safetensors.torch "
+    "import save_file; save_file({k: v.contiguous().clone() for k, v in torch.load('FILE', "
+    "map_location='cpu').items()}, 'model.safetensors')`";
+
+// The files a model's repository holds beside model.safetensors, recognised by their first
+// bytes, so that one given by mistake is named instead of read as a header length of
+// 578712552184433488 bytes: "a ..., not a safetensors file: <what to do>", or nullopt.
+std::optional<std::string> foreign_format(std::span<const std::byte> first) {
+  const std::string_view s(reinterpret_cast<const char*>(first.data()), first.size());
+  if (s.starts_with("PK\x03\x04"))
+    return cat("a zip archive (PyTorch's torch.save format, as in pytorch_model.bin), not a ",
+               "safetensors file: ", kConvertTorch);
+  if (s.size() >= 2 && s[0] == '\x80' && s[1] >= 2 && s[1] <= 5)
+    return cat("a Python pickle (an older torch.save's format, as in pytorch_model.bin), not a ",
+               "safetensors file: ", kConvertTorch);
+  if (s.starts_with("version https://git-lfs"))
+    return std::string(
+        "a Git LFS pointer, not the file it points to: fetch the file itself (`git lfs pull` in "
+        "the repository, or download it from the model's page)");
+  if (s.starts_with("\x89HDF\r\n\x1a\n"))
+    return std::string(
+        "an HDF5 file (TensorFlow's format, as in tf_model.h5), not a safetensors file: use the "
+        "repository's model.safetensors");
+  if (s.starts_with("GGUF"))
+    return std::string("a GGUF file (llama.cpp's format), not a safetensors file");
+  return std::nullopt;
+}
+
+// The header's "__metadata__": an object of strings, or null.
+std::vector<std::pair<std::string, std::string>> header_metadata(const json::value& value,
+                                                                 const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (value.is_null()) return out;
+  if (!value.is_object()) throw Error(cat(path, ": \"__metadata__\" is not an object of strings"));
+  for (const auto& [k, v] : value.get_object()) {
+    if (!v.is_string())
+      throw Error(cat(path, ": \"__metadata__\" key '", std::string(k),
+                      "' is not a string (the format allows only strings there)"));
+    out.emplace_back(std::string(k), std::string(v.get_string()));
+  }
+  return out;
+}
+
+// One tensor's entry of the header, checked against a data section of `data_bytes`.
+SafetensorsTensor header_tensor(const std::string& name, const json::value& value,
+                                std::int64_t data_bytes, const std::string& path) {
+  const std::string where = cat(path, ": tensor '", name, "'");
+  if (!value.is_object()) throw Error(cat(where, " is not an object"));
+  const json::object& o = value.get_object();
+  SafetensorsTensor t;
+  t.name = name;
+  const json::value* dt = o.if_contains("dtype");
+  const json::value* sh = o.if_contains("shape");
+  const json::value* off = o.if_contains("data_offsets");
+  if (!dt || !sh || !off)
+    throw Error(cat(where, " lacks \"dtype\", \"shape\" or \"data_offsets\""));
+  if (!dt->is_string()) throw Error(cat(where, ": \"dtype\" is not a string"));
+  t.dtype = std::string(dt->get_string());
+  const std::optional<int> size = safetensors_dtype_bytes(t.dtype);
+  if (!size) {
+    std::string known;
+    for (const auto& d : kDTypes) known += (known.empty() ? "" : ", ") + std::string(d.name);
+    throw Error(cat(where, ": dtype '", t.dtype, "' is not one of the format's (", known, ")"));
+  }
+  if (!sh->is_array()) throw Error(cat(where, ": \"shape\" is not an array"));
+  t.numel = 1;
+  for (const json::value& d : sh->get_array()) {
+    const auto dim = header_int(d);
+    if (!dim) throw Error(cat(where, ": the shape holds a value that is not an integer >= 0"));
+    t.shape.push_back(*dim);
+    if (__builtin_mul_overflow(t.numel, *dim, &t.numel))
+      throw Error(cat(where, ": shape ", shape_text(t.shape), " overflows"));
+  }
+  if (!off->is_array() || off->get_array().size() != 2)
+    throw Error(cat(where, ": \"data_offsets\" is not [begin, end]"));
+  const auto b = header_int(off->get_array()[0]), e = header_int(off->get_array()[1]);
+  if (!b || !e || *b > *e)
+    throw Error(cat(where, ": \"data_offsets\" is not [begin, end] with 0 <= begin <= end"));
+  t.begin = *b;
+  t.end = *e;
+  std::int64_t need = 0;
+  if (__builtin_mul_overflow(t.numel, std::int64_t{*size}, &need) || need != t.end - t.begin)
+    throw Error(cat(where, ": data_offsets [", t.begin, ", ", t.end, "] hold ", t.end - t.begin,
+                    " bytes, but shape ", shape_text(t.shape), " of ", t.dtype, " needs ", t.numel,
+                    " x ", *size));
+  if (t.end > data_bytes)
+    throw Error(cat(where, ": data_offsets [", t.begin, ", ", t.end, "] end past the data ",
+                    "section's ", data_bytes, " bytes: the file is truncated"));
+  return t;
+}
+
 }  // namespace
 
 std::optional<int> safetensors_dtype_bytes(std::string_view dtype) {
   for (const auto& d : kDTypes)
     if (d.name == dtype) return d.bytes;
   return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The header
+
+std::int64_t safetensors_header_length(std::span<const std::byte> first, std::int64_t file_bytes,
+                                       const std::string& path) {
+  if (file_bytes < 8) {
+    if (const auto other = foreign_format(first)) throw Error(cat(path, " is ", *other));
+    throw Error(cat(path, " is ", file_bytes,
+                    " bytes: too short for a safetensors file (8 bytes "
+                    "of header length come first)"));
+  }
+  if (static_cast<std::int64_t>(first.size()) < std::min<std::int64_t>(file_bytes, 9) ||
+      static_cast<std::int64_t>(first.size()) > file_bytes)
+    throw Error(cat(path, ": ", first.size(), " of the file's ", file_bytes,
+                    " bytes were given to read the header's length from (9 are needed)"));
+  std::uint64_t n = 0;
+  std::memcpy(&n, first.data(), 8);
+  // Another format is named only where the bytes cannot be safetensors: a valid header may begin
+  // with any length.
+  const bool opens = n > 0 && first.size() > 8 && first[8] == std::byte{'{'};
+  const bool fits = n <= static_cast<std::uint64_t>(file_bytes - 8) &&
+                    n <= static_cast<std::uint64_t>(kSafetensorsMaxHeaderBytes);
+  if (!opens || !fits)
+    if (const auto other = foreign_format(first)) throw Error(cat(path, " is ", *other));
+  if (n > static_cast<std::uint64_t>(file_bytes - 8))
+    throw Error(cat(path, ": the header length says ", n, " bytes but only ", file_bytes - 8,
+                    " follow: the file is truncated or not a safetensors file"));
+  if (n > static_cast<std::uint64_t>(kSafetensorsMaxHeaderBytes))
+    throw Error(cat(path, ": the header length says ", n,
+                    " bytes, more than the format's limit of ", kSafetensorsMaxHeaderBytes,
+                    ": this is not a safetensors file"));
+  if (n == 0 || !opens)
+    throw Error(cat(path, ": the header does not start with '{': this is not a safetensors file"));
+  return static_cast<std::int64_t>(n);
+}
+
+SafetensorsHeader parse_safetensors_header(std::string_view header, std::int64_t data_bytes,
+                                           const std::string& path) {
+  if (header.empty() || header[0] != '{')
+    throw Error(cat(path, ": the header does not start with '{': this is not a safetensors file"));
+  boost::system::error_code ec;
+  const json::value root = json::parse(header, ec);
+  if (ec || !root.is_object())
+    throw Error(cat(path, ": the header is not a JSON object (", ec ? ec.message() : "", ")"));
+  SafetensorsHeader out;
+  for (const auto& [key, value] : root.get_object()) {
+    const std::string name(key);
+    if (name == "__metadata__") {
+      out.metadata = header_metadata(value, path);
+      continue;
+    }
+    out.tensors.push_back(header_tensor(name, value, data_bytes, path));
+  }
+  std::stable_sort(out.tensors.begin(), out.tensors.end(), [](const auto& a, const auto& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  // The tensors tile the data section: each starts where the previous ended.
+  std::int64_t at = 0;
+  const SafetensorsTensor* previous = nullptr;
+  for (const auto& t : out.tensors) {
+    if (t.begin < at)
+      throw Error(cat(path, ": tensors '", previous->name, "' and '", t.name, "' overlap (bytes ",
+                      t.begin, "..", std::min(at, t.end), " of the data section)"));
+    if (t.begin > at)
+      throw Error(cat(path, ": bytes ", at, "..", t.begin, " of the data section, before tensor '",
+                      t.name, "', belong to no tensor"));
+    at = t.end;
+    previous = &t;
+  }
+  if (at != data_bytes)
+    throw Error(cat(path, ": the tensors end at byte ", at, " of the data section, but it has ",
+                    data_bytes, " bytes: the rest belongs to no tensor"));
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -90,108 +260,17 @@ SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
     throw Error(cat(path_, ": cannot be read (", std::strerror(errno), ")"));
   if (S_ISDIR(st.st_mode)) throw Error(cat(path_, " is a folder, not a safetensors file"));
   file_bytes_ = st.st_size;
-  if (file_bytes_ < 8)
-    throw Error(cat(path_, " is ", file_bytes_,
-                    " bytes: too short for a safetensors file (8 bytes "
-                    "of header length come first)"));
-  std::uint64_t n = 0;
-  read_exact(fd_, &n, 8, 0, path_);
-  if (n > static_cast<std::uint64_t>(file_bytes_ - 8))
-    throw Error(cat(path_, ": the header length says ", n, " bytes but only ", file_bytes_ - 8,
-                    " follow: the file is truncated or not a safetensors file"));
-  if (n > static_cast<std::uint64_t>(kSafetensorsMaxHeaderBytes))
-    throw Error(cat(path_, ": the header length says ", n,
-                    " bytes, more than the format's limit of ", kSafetensorsMaxHeaderBytes,
-                    ": this is not a safetensors file"));
-  const auto header_bytes = static_cast<std::int64_t>(n);
+  std::byte first[kSafetensorsSniffBytes];
+  const std::int64_t got = std::min<std::int64_t>(file_bytes_, kSafetensorsSniffBytes);
+  read_exact(fd_, first, got, 0, path_);
+  const std::int64_t header_bytes = safetensors_header_length(
+      std::span(first, static_cast<std::size_t>(got)), file_bytes_, path_);
   data_start_ = 8 + header_bytes;
   std::string header(static_cast<std::size_t>(header_bytes), '\0');
   read_exact(fd_, header.data(), header_bytes, 8, path_);
-  if (header.empty() || header[0] != '{')
-    throw Error(cat(path_, ": the header does not start with '{': this is not a safetensors file"));
-  boost::system::error_code ec;
-  const json::value root = json::parse(header, ec);
-  if (ec || !root.is_object())
-    throw Error(cat(path_, ": the header is not a JSON object (", ec ? ec.message() : "", ")"));
-
-  const std::int64_t data_bytes = file_bytes_ - data_start_;
-  for (const auto& [key, value] : root.get_object()) {
-    const std::string name(key);
-    if (name == "__metadata__") {
-      if (value.is_null()) continue;
-      if (!value.is_object())
-        throw Error(cat(path_, ": \"__metadata__\" is not an object of strings"));
-      for (const auto& [k, v] : value.get_object()) {
-        if (!v.is_string())
-          throw Error(cat(path_, ": \"__metadata__\" key '", std::string(k),
-                          "' is not a string (the format allows only strings there)"));
-        metadata_.emplace_back(std::string(k), std::string(v.get_string()));
-      }
-      continue;
-    }
-    const std::string where = cat(path_, ": tensor '", name, "'");
-    if (!value.is_object()) throw Error(cat(where, " is not an object"));
-    const json::object& o = value.get_object();
-    SafetensorsTensor t;
-    t.name = name;
-    const json::value* dt = o.if_contains("dtype");
-    const json::value* sh = o.if_contains("shape");
-    const json::value* off = o.if_contains("data_offsets");
-    if (!dt || !sh || !off)
-      throw Error(cat(where, " lacks \"dtype\", \"shape\" or \"data_offsets\""));
-    if (!dt->is_string()) throw Error(cat(where, ": \"dtype\" is not a string"));
-    t.dtype = std::string(dt->get_string());
-    const std::optional<int> size = safetensors_dtype_bytes(t.dtype);
-    if (!size) {
-      std::string known;
-      for (const auto& d : kDTypes) known += (known.empty() ? "" : ", ") + std::string(d.name);
-      throw Error(cat(where, ": dtype '", t.dtype, "' is not one of the format's (", known, ")"));
-    }
-    if (!sh->is_array()) throw Error(cat(where, ": \"shape\" is not an array"));
-    t.numel = 1;
-    for (const json::value& d : sh->get_array()) {
-      const auto dim = header_int(d);
-      if (!dim) throw Error(cat(where, ": the shape holds a value that is not an integer >= 0"));
-      t.shape.push_back(*dim);
-      if (__builtin_mul_overflow(t.numel, *dim, &t.numel))
-        throw Error(cat(where, ": shape ", shape_text(t.shape), " overflows"));
-    }
-    if (!off->is_array() || off->get_array().size() != 2)
-      throw Error(cat(where, ": \"data_offsets\" is not [begin, end]"));
-    const auto b = header_int(off->get_array()[0]), e = header_int(off->get_array()[1]);
-    if (!b || !e || *b > *e)
-      throw Error(cat(where, ": \"data_offsets\" is not [begin, end] with 0 <= begin <= end"));
-    t.begin = *b;
-    t.end = *e;
-    std::int64_t need = 0;
-    if (__builtin_mul_overflow(t.numel, std::int64_t{*size}, &need) || need != t.end - t.begin)
-      throw Error(cat(where, ": data_offsets [", t.begin, ", ", t.end, "] hold ", t.end - t.begin,
-                      " bytes, but shape ", shape_text(t.shape), " of ", t.dtype, " needs ",
-                      t.numel, " x ", *size));
-    if (t.end > data_bytes)
-      throw Error(cat(where, ": data_offsets [", t.begin, ", ", t.end, "] end past the data ",
-                      "section's ", data_bytes, " bytes: the file is truncated"));
-    tensors_.push_back(std::move(t));
-  }
-  std::stable_sort(tensors_.begin(), tensors_.end(), [](const auto& a, const auto& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
-  // The tensors tile the data section: each starts where the previous ended.
-  std::int64_t at = 0;
-  const SafetensorsTensor* previous = nullptr;
-  for (const auto& t : tensors_) {
-    if (t.begin < at)
-      throw Error(cat(path_, ": tensors '", previous->name, "' and '", t.name, "' overlap (bytes ",
-                      t.begin, "..", std::min(at, t.end), " of the data section)"));
-    if (t.begin > at)
-      throw Error(cat(path_, ": bytes ", at, "..", t.begin, " of the data section, before tensor '",
-                      t.name, "', belong to no tensor"));
-    at = t.end;
-    previous = &t;
-  }
-  if (at != data_bytes)
-    throw Error(cat(path_, ": the tensors end at byte ", at, " of the data section, but it has ",
-                    data_bytes, " bytes: the rest belongs to no tensor"));
+  SafetensorsHeader parsed = parse_safetensors_header(header, file_bytes_ - data_start_, path_);
+  tensors_ = std::move(parsed.tensors);
+  metadata_ = std::move(parsed.metadata);
   guard.armed = false;
 }
 

@@ -41,6 +41,29 @@ struct SafetensorsTensor {
   std::int64_t begin = 0, end = 0;  // bytes from the start of the data section
 };
 
+// The header, read from memory in two steps (SafetensorsFile does both, and a fuzzer can):
+// its length from the file's first bytes, then the JSON against the data section's size.
+inline constexpr std::size_t kSafetensorsSniffBytes = 64;
+
+// The header's length N from `first`, the first min(file_bytes, kSafetensorsSniffBytes) bytes of
+// a file of `file_bytes` bytes. Throws zero::Error with one sentence naming `path` for a file too
+// short, a length past the file's end or the format's limit, a header that does not open with
+// '{'; and where the bytes are another format's (a PyTorch zip or pickle such as
+// pytorch_model.bin, a Git LFS pointer, HDF5, GGUF) the sentence names it and says how to
+// get or make a safetensors file instead.
+std::int64_t safetensors_header_length(std::span<const std::byte> first, std::int64_t file_bytes,
+                                       const std::string& path);
+
+struct SafetensorsHeader {
+  std::vector<SafetensorsTensor> tensors;  // in the order of their bytes in the data section
+  std::vector<std::pair<std::string, std::string>> metadata;
+};
+// The header's JSON (the N bytes after the length) checked against a data section of
+// `data_bytes`: every dtype, shape and data_offsets, and the tensors tiling the section exactly.
+// Throws zero::Error with one sentence naming `path` and the tensor.
+SafetensorsHeader parse_safetensors_header(std::string_view header, std::int64_t data_bytes,
+                                           const std::string& path);
+
 // A safetensors file opened for reading. The constructor checks the whole header against the
 // file's size; reads then fetch only the bytes asked for. Not thread-safe.
 class SafetensorsFile {
