@@ -237,7 +237,7 @@ for fault in ("kill", "exit"):
 
 # An error only one rank (not rank 0) sees is printed by that rank (after abort_job's 0.6 s), and
 # ends the job long before the others' timeout (here 10 s; the bound leaves room for a loaded
-# machine, where this takes 3.2 s instead of 1.5).
+# machine, where 3.2 s was seen).
 rc, out, seconds, pids = run(3, "--fault", "local", "--rank", "2", "--timeout", "10")
 check_ended("an error on one rank only", rc, out, seconds, pids, 3,
             "fault_rank: error: fault_rank: a local failure on this rank only")
