@@ -15,12 +15,8 @@ using Clock = std::chrono::steady_clock;
 // acc = acc * a + b converges (a < 1), so no overflow or denormals slow it down.
 constexpr int kAcc = 16;
 
-__attribute__((target("avx512f"))) float fma_avx512(long iters) {
-  __m512 acc[kAcc];
-  for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_set1_ps(0.001f * static_cast<float>(j));
-  const __m512 a = _mm512_set1_ps(0.9999f), b = _mm512_set1_ps(1e-4f);
-  for (long i = 0; i < iters; ++i)
-    for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+// Every lane of every accumulator summed: what the loop returns, so that it is not optimised away.
+__attribute__((target("avx512f"))) float sum_lanes(const __m512 (&acc)[kAcc]) {
   __m512 s = acc[0];
   for (int j = 1; j < kAcc; ++j) s = _mm512_add_ps(s, acc[j]);
   float out[16];
@@ -28,6 +24,15 @@ __attribute__((target("avx512f"))) float fma_avx512(long iters) {
   float t = 0;
   for (float v : out) t += v;
   return t;
+}
+
+__attribute__((target("avx512f"))) float fma_avx512(long iters) {
+  __m512 acc[kAcc];
+  for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_set1_ps(0.001f * static_cast<float>(j));
+  const __m512 a = _mm512_set1_ps(0.9999f), b = _mm512_set1_ps(1e-4f);
+  for (long i = 0; i < iters; ++i)
+    for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+  return sum_lanes(acc);
 }
 
 constexpr int kAcc2 = 12;  // of 16 ymm registers, leaving a and b
@@ -56,13 +61,7 @@ __attribute__((target("avx512f,avx512bf16"))) float dot_bf16_avx512(long iters) 
   const __m512bh b = (__m512bh)_mm512_set1_epi16(0x3880);  // 2^-14
   for (long i = 0; i < iters; ++i)
     for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], a, b);
-  __m512 s = acc[0];
-  for (int j = 1; j < kAcc; ++j) s = _mm512_add_ps(s, acc[j]);
-  float out[16];
-  _mm512_storeu_ps(out, s);
-  float t = 0;
-  for (float v : out) t += v;
-  return t;
+  return sum_lanes(acc);
 }
 
 volatile float g_sink;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "tests/temp_dir.hpp"
 
 using namespace zero::models;
 using Catch::Matchers::Contains;
@@ -23,16 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory for one test, removed with everything in it afterwards.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string name = (fs::temp_directory_path() / "zero-tokens-XXXXXX").string();
-    REQUIRE(::mkdtemp(name.data()) != nullptr);
-    path = name;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+struct TempDir : zero::testing::TempDir {
+  TempDir() : zero::testing::TempDir("zero-tokens-") {}
 };
 
 using Bytes = std::vector<unsigned char>;

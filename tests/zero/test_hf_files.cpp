@@ -13,23 +13,15 @@
 #include "cli/ckpt_io.hpp"
 #include "models/gpt.hpp"
 #include "models/gpt_hf_names.hpp"
+#include "tests/temp_dir.hpp"
 #include "zero/zero.hpp"
 
 namespace zero {
 namespace {
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "zero-hf-XXXXXX").string();
-    REQUIRE(::mkdtemp(t.data()) != nullptr);
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("zero-hf-") {}
 };
 
 // A tensor of the fixture and its values (all `value`, but `odd` at element `at` when at >= 0).

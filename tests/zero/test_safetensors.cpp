@@ -11,22 +11,14 @@
 #include <limits>
 
 #include "zero/zero.hpp"
+#include "tests/temp_dir.hpp"
 
 namespace zero {
 namespace {
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "zero-st-XXXXXX").string();
-    REQUIRE(::mkdtemp(t.data()) != nullptr);
-    path = t;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("zero-st-") {}
 };
 
 std::string slurp(const fs::path& p) {
