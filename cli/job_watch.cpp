@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "base/error.hpp"
@@ -73,8 +74,8 @@ struct Pipe {
 };
 
 // In the child, between fork and exec: only calls that are safe there.
-[[noreturn]] void exec_child(char* const* argv, pid_t parent, int err_fd, int status_fd,
-                             const sigset_t& mask) {
+[[noreturn]] void exec_child(const char* path, char* const* argv, pid_t parent, int err_fd,
+                             int status_fd, const sigset_t& mask) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);  // a launcher killed outright still ends the job
   if (::getppid() != parent) ::_exit(1);
@@ -82,7 +83,7 @@ struct Pipe {
   ::signal(SIGCHLD, SIG_DFL);
   ::sigprocmask(SIG_SETMASK, &mask, nullptr);
   ::dup2(err_fd, STDERR_FILENO);
-  ::execv(argv[0], argv);
+  ::execv(path, argv);
   const int e = errno;
   [[maybe_unused]] const ssize_t n = ::write(status_fd, &e, sizeof e);
   ::_exit(127);
@@ -92,6 +93,9 @@ struct Pipe {
 // SIGCHLD go to on_signal from here on.
 pid_t start(const std::vector<std::string>& args, int err_fd) {
   std::vector<std::string> copy = args;
+  // argv[0] without its folder: given a path, Open MPI's mpirun takes the folder's parent as
+  // its install prefix and puts prefix/bin first on every rank's PATH, ahead of the user's own.
+  copy[0] = std::filesystem::path(args[0]).filename().string();
   std::vector<char*> argv;
   for (auto& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -109,7 +113,7 @@ pid_t start(const std::vector<std::string>& args, int err_fd) {
   Pipe status(0);
   const pid_t parent = ::getpid();
   const pid_t child = ::fork();
-  if (child == 0) exec_child(argv.data(), parent, err_fd, status.write, old);
+  if (child == 0) exec_child(args[0].c_str(), argv.data(), parent, err_fd, status.write, old);
   const int fork_errno = errno;
   ::sigprocmask(SIG_SETMASK, &old, nullptr);
   if (child < 0) throw Error(cat("could not start ", args[0], ": ", std::strerror(fork_errno)));
