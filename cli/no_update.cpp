@@ -23,7 +23,6 @@ bool NoUpdateRule::step(const StepReport& rep, std::int64_t step) {
     return false;
   }
   if (in_a_row_++ == 0) row_start_ = step;
-  ++no_update_;
   if (zero) {
     ++zero_gradient_;
   } else {
@@ -60,8 +59,8 @@ std::string NoUpdateRule::verdict(std::int64_t steps) const {
     return cat("steps ", row_start_, "-", last_, " applied no update, ", in_a_row_,
                " in a row (max_consecutive_skipped_steps is ", limit_, "): ", cause(),
                "; the run stops at step ", last_);
-  if (2 * no_update_ > steps)
-    return cat(no_update_, " of the run's ", steps,
+  if (2 * no_update() > steps)
+    return cat(no_update(), " of the run's ", steps,
                " steps applied no update (more than half): ", cause());
   return {};
 }

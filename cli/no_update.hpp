@@ -25,7 +25,7 @@ class NoUpdateRule {
   // After each step; `step` counts from 1 (the loop's step number). True when the run must stop
   // now.
   bool step(const StepReport& rep, std::int64_t step);
-  std::int64_t no_update() const { return no_update_; }          // steps that applied no update
+  std::int64_t no_update() const { return skipped_ + zero_gradient_; }  // steps applying none
   std::int64_t zero_gradient() const { return zero_gradient_; }  // of which: gradients all zero
   // The summary's "(N skipped)", and the steps with all-zero gradients when there were any.
   std::string summary_text(std::int64_t skipped) const;
@@ -37,7 +37,7 @@ class NoUpdateRule {
   std::int64_t limit_ = 0;
   double static_fp16_scale_ = 0;   // > 0: the static fp16 loss scale
   double dynamic_min_scale_ = -1;  // >= 0: dynamic fp16 scaling's min_loss_scale
-  std::int64_t no_update_ = 0, zero_gradient_ = 0, skipped_ = 0;
+  std::int64_t zero_gradient_ = 0, skipped_ = 0;
   std::int64_t in_a_row_ = 0, row_start_ = 0, last_ = 0;
   bool stopped_ = false;
   std::string last_skip_reason_;
