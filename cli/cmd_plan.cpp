@@ -333,6 +333,7 @@ void write_json(const std::string& json_file, const PlanInput& in, const PlanMod
     if (timing) o["time"] = time_json(a.steps[i], *timing, fastest == i);
     // What the plan assumed, beside what it answers.
     o["device"] = device_name(in);
+    o["settings"] = settings_json(in.config);  // as zero train's --json reports them
     o["units"] = in.units.size();
     o["activations_from"] = model.activations_from;
     o["micro_batch"] = in.config.train_micro_batch_size_per_gpu;
@@ -396,6 +397,7 @@ int cmd_plan(const Args& argv) {
   if (vm.count("json") && f.json_file != "-") (void)check_output_path(f.json_file, "--json");
   if (vm.count("plot")) (void)check_output_path(f.plot_file, "--plot");
   check_device_flag(f.device);
+  check_settings_flags(vm, f.settings, f.ranks);
   const Config config = load_plan_config(vm, f, vm.count("params") == 0);
   if (vm.count("ranks-per-node")) require_at_least("--ranks-per-node", f.per_node, 1);
   const Config flagged = with_flags(vm, f, config);

@@ -411,6 +411,7 @@ void write_json(const Trainer& t, const Trained& r, const Measured& m,
                               {"replicate", group_bytes(m.by_group.replicate, run_steps)},
                               {"secondary", group_bytes(m.by_group.secondary, run_steps)},
                               {"world", group_bytes(m.by_group.world, run_steps)}};
+  j["settings"] = settings_json(config);  // as zero plan's --json reports them
   add_throughput_json(j, r.throughput);
   if (resumed) j["resumed_from"] = resumed->path;
   if (t.checkpointer) j["checkpoints"] = saves_json(t.checkpointer->completed(), r.save_stalls);
