@@ -17,12 +17,6 @@ namespace {
 namespace po = boost::program_options;
 using models::GptShape;
 
-std::vector<int> parse_stages(const std::string& s) {
-  if (s == "all") return {0, 1, 2, 3};
-  if (s.size() == 1 && s[0] >= '0' && s[0] <= '3') return {s[0] - '0'};
-  throw Error(cat("--stage: expected 0, 1, 2, 3 or all, got '", s, "'"));
-}
-
 OffloadDevice parse_offload(const std::string& s) {
   if (s == "none") return OffloadDevice::none;
   if (s == "cpu") return OffloadDevice::cpu;
@@ -84,11 +78,11 @@ void add_plan_options(po::options_description& opts, PlanFlags& f) {
   add_device_option(run, f.device);
   run.add_options()
       ("ranks-per-node", val(&f.per_node, "R"), "ranks on one node (default min(N, 8))")
-      ("stage", val(&f.stage, "S")->default_value("all"), "ZeRO stage: 0, 1, 2, 3 or all")
       ("optimizer", val(&f.optimizer, "O"), "adam or adamw (default: m and v), sgd (one momentum)")
       ("offload", val(&f.offload, "WHERE"), "optimizer offload: none (default) or cpu (stages 1-3)");
   // The settings as every command defines them (cli/settings_flags.hpp).
   po::options_description settings("settings (as zero train's)", kWidth);
+  add_stage_option(settings, f.stage, true);
   add_settings_options(settings, f.settings);
   po::options_description times("time per step (with a cluster profile: docs/time.md)", kWidth);
   add_time_options(times, f.time);
@@ -167,7 +161,7 @@ Config with_flags(const po::variables_map& vm, const PlanFlags& f, Config c) {
 // The stages asked for. Offload moves the optimizer's shard to the host, and stage 0 has no
 // shard: "all" means 1-3 (`dropped` says so).
 std::vector<int> plan_stages(const PlanFlags& f, const Config& c, bool& dropped) {
-  std::vector<int> stages = parse_stages(f.stage);
+  std::vector<int> stages = parse_stage_flag(f.stage, true);
   const bool offload = c.zero.offload_optimizer_device == OffloadDevice::cpu;
   dropped = offload && stages.size() > 1;
   if (dropped) stages.erase(stages.begin());

@@ -52,6 +52,27 @@ void add_settings_options(po::options_description& opts, SettingsFlags& f) {
   // clang-format on
 }
 
+void add_stage_option(po::options_description& opts, std::string& stage, bool all) {
+  auto value = po::value(&stage)->value_name("S");
+  if (all) value->default_value("all");
+  opts.add_options()(
+      "stage", value,
+      all ? "ZeRO stage 0, 1, 2 or 3 (zero_optimization.stage; overrides the config), or all: "
+            "each of them"
+          : "ZeRO stage 0, 1, 2 or 3 (zero_optimization.stage; overrides the config)");
+}
+
+std::vector<int> parse_stage_flag(const std::string& text, bool all) {
+  if (all && text == "all") return {0, 1, 2, 3};
+  if (text.size() == 1 && text[0] >= '0' && text[0] <= '3') return {text[0] - '0'};
+  if (text == "all")
+    throw Error(
+        "--stage all is zero plan's (every stage); a run trains one: 0, 1, 2 or 3 (zero compare "
+        "--stages runs several)");
+  throw Error(cat("--stage (zero_optimization.stage): expected 0..3", all ? " or all" : "",
+                  ", got ", text));
+}
+
 void check_settings_flags(const po::variables_map& vm, const SettingsFlags& f, int ranks) {
   if (vm.count("config") && f.config_file.empty()) throw Error("--config: the file name is empty");
   (void)apply_settings_flags(vm, f, Config{});

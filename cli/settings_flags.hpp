@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/error.hpp"
 #include "zero/config.hpp"
@@ -36,6 +37,14 @@ void check_settings_flags(const boost::program_options::variables_map& vm,
 // The config with the settings flags over it (checked as check_settings_flags checks them).
 Config apply_settings_flags(const boost::program_options::variables_map& vm,
                             const SettingsFlags& f, Config config);
+
+// --stage S, bound to `stage`: 0..3 (zero_optimization.stage); with `all`, also "all" (`zero
+// plan`: every stage, its default).
+void add_stage_option(boost::program_options::options_description& opts, std::string& stage,
+                      bool all);
+// The stages --stage names: one, or with `all` every one for "all"; a bad value is one sentence
+// naming the flag (and, where "all" is not taken, the command that takes it).
+std::vector<int> parse_stage_flag(const std::string& text, bool all);
 
 // The keys the settings flags set, as the Config holds them (both commands' --json "settings").
 boost::json::object settings_json(const Config& config);

@@ -90,13 +90,13 @@ void add_train_options(boost::program_options::options_description& opts, Flags&
   add_device_option(opts, f.device);
   opts.add_options()
       ("ranks,n", po::value(&f.ranks), "ranks (outside an MPI job: relaunch under mpirun)")
-      ("stage", po::value(&f.stage), "ZeRO stage 0..3 (overrides the config)")
       ("steps", po::value(&f.steps)->default_value(20), "optimizer steps")
       ("seed", po::value(&f.seed), "seed of weights, teacher and data (default 1, or the config's seed)")
       ("layers", po::value(&f.layers)->default_value(4), "MLP layers (one unit each)")
       ("width", po::value(&f.width)->default_value(512), "MLP width");
   add_batch_options(opts, {&f.global_batch, &f.micro_batch, &f.accum});
   // Defined with `zero plan`'s (cli/settings_flags.hpp): the same values give the same Config.
+  add_stage_option(opts, f.stage, false);
   add_settings_options(opts, f.settings);
   opts.add_options()
       ("lr", po::value(&f.lr), "learning rate (overrides the config)")
@@ -172,8 +172,7 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
   check_model_flags(f, vm);
   check_device_flag(f.device);
   if (vm.count("ranks")) require_at_least("--ranks", f.ranks, 1);
-  if (vm.count("stage") && (f.stage < 0 || f.stage > 3))
-    throw Error(cat("--stage (zero_optimization.stage): expected 0..3, got ", f.stage));
+  if (vm.count("stage")) (void)parse_stage_flag(f.stage, false);
   require_at_least("--steps", f.steps, 1);
   require_at_least("--log-every", f.log_every, 1);
   require_at_least("--layers", f.layers, 1);
@@ -279,7 +278,7 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   }
   fill_auto_defaults(
       config, {.lr = 3e-3, .clip = 1.0, .precision = Precision::bf16, .total_steps = f.steps});
-  if (vm.count("stage")) config.zero.stage = f.stage;
+  if (vm.count("stage")) config.zero.stage = parse_stage_flag(f.stage, false).front();
   if (vm.count("lr")) config.optimizer.lr = f.lr;
   if (vm.count("clip")) config.gradient_clipping = f.clip;
   if (vm.count("timeout")) config.comm_timeout_seconds = f.timeout;

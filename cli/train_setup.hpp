@@ -22,7 +22,8 @@ struct Flags {
   std::string model = "mlp", json_file, device = "auto", seed;
   std::string preset = "gpt-nano", data, compute;  // the GPT's
   std::string plot_file;
-  int ranks = 1, stage = 0;
+  std::string stage;  // --stage: 0..3 (cli/settings_flags.hpp)
+  int ranks = 1;
   std::int64_t steps = 20, accum = 1, global_batch = 64, micro_batch = 1, log_every = 1;
   SettingsFlags settings;  // as every command's (cli/settings_flags.hpp)
   int layers = 4, width = 512;

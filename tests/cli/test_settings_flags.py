@@ -103,12 +103,24 @@ with tempfile.TemporaryDirectory() as tmp:
               lines["train"] is not None and flag in lines["train"] and
               lines["train"] == lines["plan"] == lines["compare"], lines)
 
+    # --stage: one definition; zero plan also takes "all" (its default), which a run cannot.
+    t, p = (zero(c, *MLP, "--stage", "5") for c in ("train", "plan"))
+    check("--stage 5: the same sentence in both, plan's adding \"or all\"",
+          error_line(t, "train") == "--stage (zero_optimization.stage): expected 0..3, got 5" and
+          error_line(p, "plan") == "--stage (zero_optimization.stage): expected 0..3 or all, got 5",
+          t.stderr + p.stderr)
+    t = zero("train", *MLP, "--stage", "all")
+    check("zero train --stage all: one sentence saying it is zero plan's, and what a run takes",
+          (error_line(t, "train") or "").startswith("--stage all is zero plan's") and
+          "0, 1, 2 or 3" in t.stderr, t.stderr)
+
     # One help text and value format: each flag's line reads the same in both commands' --help.
     helps = {c: " ".join(zero(c, "--help").stdout.split()) for c in ("train", "plan")}
     for text in ("--reduce-bucket-size COUNT gradient elements reduced per collective",
                  "--shard-size G hierarchical sharding", "--hpz H stage 3, ZeRO++ hpZ",
                  "--precision P bf16 (default), fp16 or fp32",
-                 "--prefetch-bucket-size COUNT stage 3", "--config FILE DeepSpeed-style"):
+                 "--prefetch-bucket-size COUNT stage 3", "--config FILE DeepSpeed-style",
+                 "--stage S", "ZeRO stage 0, 1, 2 or 3 (zero_optimization"):
         check(f"--help of both commands: '{text}'", all(text in h for h in helps.values()),
               [h[h.find(text.split()[0]):][:200] for h in helps.values()])
 finish()
