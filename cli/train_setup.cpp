@@ -339,8 +339,8 @@ double before_launch(const Flags& f, const boost::program_options::variables_map
     if (!in_mpi_job())  // a wrong --resume or --save is one sentence, before ranks start
       (void)check_checkpoint_flags(f.ckpt, units_of(early), f.model,
                                    steps_from_start ? early.steps : INT64_MAX);
-    if (asked > 0 && !in_mpi_job() && (f.device == "cpu" || f.device == "emulated" || !ZERO_HAVE_CUDA))
-      check_host_memory(early, asked, asked, false);
+    const bool host_ranks = f.device == "cpu" || f.device == "emulated" || !ZERO_HAVE_CUDA;
+    if (asked > 0 && !in_mpi_job() && host_ranks) check_host_memory(early, asked, asked, false);
     timeout = early.timeout;
   }
   // The GPT's MFU is against the cores' peak, measured here while no rank runs (ranks sharing
