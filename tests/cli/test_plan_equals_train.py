@@ -2,7 +2,8 @@
 """`zero plan` on its own is the plan of the run: for the same flags, `zero plan --json -`'s bytes
 per category equal what `zero train --json` measures (rank 0's ledger), to the byte, over a grid
 of the GPTs (gpt-nano, gpt-micro) at 1-4 ranks, every stage, micro-batch 1 and 4 and the default
-batch, on the host (--device cpu), and the MLP once. Then the two commands' shared flags: the
+batch, on the host (--device cpu) and on the emulated device (--device emulated: the device code
+path on host memory, which trains bitwise what the host trains), and the MLP once. Then the two commands' shared flags: the
 same defaults (the batch a GPT run takes), a --device plan refuses nothing train takes, and
 "auto" keys and out-of-memory sentences that speak of the model trained.
 Usage: test_plan_equals_train.py path/to/zero. Prints 'N passed, N failed'."""
