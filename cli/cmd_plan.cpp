@@ -248,6 +248,11 @@ Answers plan_each_stage(PlanInput& in, const std::vector<int>& stages,
   return a;
 }
 
+// --device's value the plan is for: cpu, cuda or emulated.
+const char* device_name(const PlanInput& in) {
+  return in.emulated_device ? "emulated" : in.device ? "cuda" : "cpu";
+}
+
 // The report's head: the model, the ranks and the settings as resolved.
 std::string report_head(const PlanInput& in, const PlanModel& model, const Plan& first,
                         bool stage0_dropped, const std::string& device_why) {
@@ -262,7 +267,7 @@ std::string report_head(const PlanInput& in, const PlanModel& model, const Plan&
     text << "  batch: " << *c.train_batch_size << " = micro-batch "
          << c.train_micro_batch_size_per_gpu << " x accumulation " << c.gradient_accumulation_steps
          << " x " << ranks << (ranks == 1 ? " rank\n" : " ranks\n");
-  text << "  device: " << (in.device ? "cuda" : "cpu")
+  text << "  device: " << device_name(in)
        << (device_why.empty() ? std::string() : cat(" (", device_why, ")")) << '\n'
        << "  " << ranks << (ranks == 1 ? " rank (" : " ranks (") << in.ranks_per_node << " per node"
        << (groups > 0 ? cat(", shard groups of ", groups) : std::string()) << "), "
@@ -278,7 +283,7 @@ std::string report_head(const PlanInput& in, const PlanModel& model, const Plan&
 std::string fit_assumptions(const PlanInput& in, const PlanModel& model) {
   return cat(in.units.size(), model.gpt || model.hidden ? " units" : " equal units (--units)",
              ", activations ", format_bytes(in.activation_bytes), " per rank (",
-             model.activations_from, "), on ", in.device ? "cuda" : "cpu", " ranks");
+             model.activations_from, "), on ", device_name(in), " ranks");
 }
 
 // With --budget: whether each stage fits, its headroom, the fewest ranks and the largest model.
@@ -327,7 +332,8 @@ void write_json(const std::string& json_file, const PlanInput& in, const PlanMod
                                     budget ? a.largest[i] : 0);
     if (timing) o["time"] = time_json(a.steps[i], *timing, fastest == i);
     // What the plan assumed, beside what it answers.
-    o["device"] = in.device ? "cuda" : "cpu";
+    o["device"] = device_name(in);
+    o["settings"] = settings_json(in.config);  // as zero train's --json reports them
     o["units"] = in.units.size();
     o["activations_from"] = model.activations_from;
     o["micro_batch"] = in.config.train_micro_batch_size_per_gpu;
@@ -362,6 +368,7 @@ PlanInput plan_input(const po::variables_map& vm, const PlanFlags& f, Config con
   in.device = f.device == "auto" && cluster
                   ? (device_why = "auto: the cluster profile's GPUs", true)
                   : plan_device_is_gpu(f.device, in.ranks_per_node, device_why);
+  in.emulated_device = f.device == "emulated";
   in.units = model.units;
   in.activation_bytes = model.activation_bytes;
   in.tied_head = model.tied_head;
@@ -390,6 +397,7 @@ int cmd_plan(const Args& argv) {
   if (vm.count("json") && f.json_file != "-") (void)check_output_path(f.json_file, "--json");
   if (vm.count("plot")) (void)check_output_path(f.plot_file, "--plot");
   check_device_flag(f.device);
+  check_settings_flags(vm, f.settings, f.ranks);
   const Config config = load_plan_config(vm, f, vm.count("params") == 0);
   if (vm.count("ranks-per-node")) require_at_least("--ranks-per-node", f.per_node, 1);
   const Config flagged = with_flags(vm, f, config);

@@ -22,6 +22,7 @@
 #include "cli/no_update.hpp"
 #include "cli/options.hpp"
 #include "cli/rank_memory.hpp"
+#include "cli/run_device.hpp"
 #include "cli/train_checkpoint.hpp"
 #include "cli/train_model.hpp"
 #include "cli/train_report.hpp"
@@ -107,7 +108,7 @@ struct Trainer {
   const Flags& f;
   const Run& run;
   int n = 1, rank = 0, local_rank = 0;
-  bool on_gpu = false;
+  RunDevice device;
   TrainModel& model;
   Engine& engine;
   TrainerState& state;
@@ -152,7 +153,7 @@ void print_run_line(const Trainer& t) {
       "zero train: %s (%lld params), stage %d, %d rank%s on %s, %s, reduce %s, "
       "global batch %lld = %d x %lld micro-batches x %lld\n",
       t.model.describe().c_str(), static_cast<long long>(t.engine.layout().numel),
-      config.zero.stage, n, n == 1 ? "" : "s", t.on_gpu ? "cuda (NCCL)" : "cpu (MPI)",
+      config.zero.stage, n, n == 1 ? "" : "s", t.device.words(),
       std::string(name_of(config.precision)).c_str(),
       std::string(name_of(t.engine.settings().reduce_dtype)).c_str(),
       static_cast<long long>(t.run.shape.global_batch), n, static_cast<long long>(t.run.accum),
@@ -200,7 +201,7 @@ Trained train_loop(Trainer& t) {
   // (docs/gpt.md), raised by any step that runs faster (MfuMeter).
   Peak peak;
   if (model.flops_per_token() > 0 && rank == 0)
-    peak = ranks_peak(t.on_gpu, n, t.local_rank,
+    peak = ranks_peak(t.device.gpu, n, t.local_rank,
                       t.run.gpt && t.run.compute == models::GptCompute::bf16);
   MfuMeter mfu(peak.flops, peak.source);
   out.no_update = NoUpdateRule(t.run.config);
@@ -299,7 +300,7 @@ Measured measure(const Trainer& t, World& world) {
   const MemoryReport& mem = m.mem;
   m.all = gather_rank_memory(world, mem);
   // What the planner predicted for this very run, beside what the ledger measured (rank 0's).
-  const Plan plan = plan_memory(plan_input_of(t.run.config, t.n, t.model, t.on_gpu));
+  const Plan plan = plan_memory(plan_input_on(t.run.config, t.n, t.model, t.device));
   m.rows = {
       {"params", plan.device.params, mem.params},
       {"grads", plan.device.grads, mem.grads},
@@ -378,7 +379,7 @@ void write_json(const Trainer& t, const Trained& r, const Measured& m,
       {"steps", run_steps},
       {"first_step", t.start + 1},
       {"precision", std::string(name_of(config.precision))},
-      {"device", t.on_gpu ? "cuda" : "cpu"},
+      {"device", t.device.name()},
       {"params", layout.numel},
       {"padded_params", layout.padded_numel},
       {"first_loss", r.first_loss},
@@ -410,6 +411,7 @@ void write_json(const Trainer& t, const Trained& r, const Measured& m,
                               {"replicate", group_bytes(m.by_group.replicate, run_steps)},
                               {"secondary", group_bytes(m.by_group.secondary, run_steps)},
                               {"world", group_bytes(m.by_group.world, run_steps)}};
+  j["settings"] = settings_json(config);  // as zero plan's --json reports them
   add_throughput_json(j, r.throughput);
   if (resumed) j["resumed_from"] = resumed->path;
   if (t.checkpointer) j["checkpoints"] = saves_json(t.checkpointer->completed(), r.save_stalls);
@@ -430,7 +432,8 @@ int cmd_train(const Args& argv) {
   World world({.startup_timeout_seconds = timeout, .error_prefix = "zero train: error: "});
   const int n = world.size();
   check_job_size(n, "train");
-  const bool on_gpu = use_gpu(world, f.device);
+  const RunDevice device = resolve_device(world, f.device);
+  const bool on_gpu = device.gpu;
   Run run = resolve_run(f, vm, n);
   const std::optional<Resumed> resumed =
       check_checkpoint_flags(f.ckpt, units_of(run), f.model, run.steps);
@@ -440,15 +443,13 @@ int cmd_train(const Args& argv) {
   const int local_rank = world.local_rank();  // every rank asks: collective the first time
   comm::Options co;
   co.timeout_seconds = run.timeout;
-  const comm::Memory where = on_gpu ? comm::Memory::device : comm::Memory::host;
-  comm::Communicator& communicator = world.connect(where, co);
+  const comm::Memory where = device.trainer_memory();
+  comm::Communicator& communicator = connect(world, device, co);
   const int rank = communicator.rank();
   if (rank == 0) warn_at_start(run.config, on_gpu, n);
 
-  std::unique_ptr<TrainModel> model = build_model(f, run, n, rank, where);
-  EngineOptions eo;
-  eo.memory = where;
-  Engine engine(run.config, communicator, model->units(), eo);
+  std::unique_ptr<TrainModel> model = on_device(build_model(f, run, n, rank, where), device);
+  Engine engine(run.config, communicator, model->units(), engine_options(device));
   TrainerState trainer_state{model->kind(),
                              0,
                              run.shape.seed,
@@ -460,7 +461,7 @@ int cmd_train(const Args& argv) {
   if (!f.ckpt.save.empty())
     checkpointer.emplace(engine, f.ckpt.save,
                          CheckpointOptions{.keep = f.ckpt.keep, .background = !f.ckpt.sync});
-  Trainer t{f, run, n, rank, local_rank, on_gpu, *model, engine, trainer_state, checkpointer, start};
+  Trainer t{f, run, n, rank, local_rank, device, *model, engine, trainer_state, checkpointer, start};
   if (rank == 0) print_run_line(t);
 
   engine.reset_comm_accounting();

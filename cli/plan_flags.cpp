@@ -17,12 +17,6 @@ namespace {
 namespace po = boost::program_options;
 using models::GptShape;
 
-std::vector<int> parse_stages(const std::string& s) {
-  if (s == "all") return {0, 1, 2, 3};
-  if (s.size() == 1 && s[0] >= '0' && s[0] <= '3') return {s[0] - '0'};
-  throw Error(cat("--stage: expected 0, 1, 2, 3 or all, got '", s, "'"));
-}
-
 OffloadDevice parse_offload(const std::string& s) {
   if (s == "none") return OffloadDevice::none;
   if (s == "cpu") return OffloadDevice::cpu;
@@ -31,17 +25,6 @@ OffloadDevice parse_offload(const std::string& s) {
 
 }  // namespace
 
-
-// A flag below its least value: one sentence naming it.
-void require_at_least(std::string_view flag, std::int64_t value, std::int64_t least) {
-  if (value < least) throw Error(cat(flag, " must be >= ", least, ", got ", value));
-}
-
-std::int64_t count_flag(const char* flag, const std::string& text, std::int64_t least) {
-  const std::int64_t n = parse_flag(flag, text, parse_count);
-  require_at_least(flag, n, least);
-  return n;
-}
 
 void list_presets() {
   for (const auto& name : models::gpt_preset_names()) {
@@ -95,29 +78,12 @@ void add_plan_options(po::options_description& opts, PlanFlags& f) {
   add_device_option(run, f.device);
   run.add_options()
       ("ranks-per-node", val(&f.per_node, "R"), "ranks on one node (default min(N, 8))")
-      ("shard-size", val(&f.shard_size, "G")->default_value(0),
-       "ranks one shard group spans, dividing N (hierarchical, MiCS-style: the states are "
-       "sharded over G ranks and replicated N/G times); 0 = all N")
-      ("hpz", val(&f.hpz, "H"),
-       "stage 3, ZeRO++ hpZ: a secondary copy of the params sharded over H ranks (a node, "
-       "dividing N) so that backward gathers stay inside it (zero_hpz_partition_size); 1 = off")
-      ("stage", val(&f.stage, "S")->default_value("all"), "ZeRO stage: 0, 1, 2, 3 or all")
-      ("precision", val(&f.precision, "P"), "bf16 (default), fp16 or fp32")
-      ("reduce-dtype", val(&f.reduce, "D"),
-       "gradient reduce dtype: fp32 (default, as the engine's) or the training dtype; bf16 "
-       "gives the ZeRO paper's 2-byte gradients")
       ("optimizer", val(&f.optimizer, "O"), "adam or adamw (default: m and v), sgd (one momentum)")
-      ("offload", val(&f.offload, "WHERE"), "optimizer offload: none (default) or cpu (stages 1-3)")
-      ("overlap", "overlap gradient reduction with backward (overlap_comm)")
-      ("reduce-bucket-size", val(&f.reduce_bucket, "COUNT"), "gradient elements per reduce bucket (5e8)")
-      ("allgather-bucket-size", val(&f.allgather_bucket, "COUNT"),
-       "stages 1-2: new-param elements per all-gather after the step (5e8)")
-      ("prefetch-bucket-size", val(&f.prefetch_bucket, "COUNT"), "stage 3: elements gathered ahead (5e7)")
-      ("max-live-parameters", val(&f.max_live, "COUNT"), "stage 3: gathered elements held at once (1e9)")
-      ("persistence-threshold", val(&f.persistence, "COUNT"),
-       "stage 3: units of fewer elements stay gathered (1e5)")
-      ("config", val(&f.config_file, "FILE"),
-       "DeepSpeed-style JSON config (the settings above and the micro-batch; flags override it)");
+      ("offload", val(&f.offload, "WHERE"), "optimizer offload: none (default) or cpu (stages 1-3)");
+  // The settings as every command defines them (cli/settings_flags.hpp).
+  po::options_description settings("settings (as zero train's)", kWidth);
+  add_stage_option(settings, f.stage, true);
+  add_settings_options(settings, f.settings);
   po::options_description times("time per step (with a cluster profile: docs/time.md)", kWidth);
   add_time_options(times, f.time);
   po::options_description out("output", kWidth);
@@ -134,7 +100,7 @@ void add_plan_options(po::options_description& opts, PlanFlags& f) {
        "the budget dashed")
       ("help,h", "show this help");
   // clang-format on
-  opts.add(model).add(batch).add(run).add(times).add(out);
+  opts.add(model).add(batch).add(run).add(settings).add(times).add(out);
 }
 
 void print_help(const po::options_description& opts) {
@@ -162,8 +128,8 @@ Config load_plan_config(const po::variables_map& vm, const PlanFlags& f, bool sa
   Config config;
   config.precision = Precision::bf16;
   if (vm.count("config")) {
-    if (f.config_file.empty()) throw Error("--config: the file name is empty");
-    config = load_config(f.config_file);
+    if (f.settings.config_file.empty()) throw Error("--config: the file name is empty");
+    config = load_config(f.settings.config_file);
     fill_auto_defaults(config, {.precision = Precision::bf16});
     for (const auto& w : config.warnings) std::cerr << "zero plan: warning: " << w << '\n';
   }
@@ -187,36 +153,15 @@ Config load_plan_config(const po::variables_map& vm, const PlanFlags& f, bool sa
 
 // The config with the setting flags over it (a flag wins over the file).
 Config with_flags(const po::variables_map& vm, const PlanFlags& f, Config c) {
-  require_at_least("--shard-size", f.shard_size, 0);
-  if (vm.count("shard-size")) c.zero.mics_shard_size = f.shard_size > 0 ? f.shard_size : -1;
-  if (vm.count("hpz")) {
-    require_at_least("--hpz", f.hpz, 1);
-    c.zero.zero_hpz_partition_size = f.hpz;
-  }
-  if (vm.count("precision")) c.precision = parse_precision(f.precision, "--precision");
-  if (vm.count("reduce-dtype"))
-    c.communication_data_type = parse_reduce_dtype(f.reduce, "--reduce-dtype");
+  c = apply_settings_flags(vm, f.settings, c);
   if (vm.count("offload")) c.zero.offload_optimizer_device = parse_offload(f.offload);
-  if (vm.count("overlap")) c.zero.overlap_comm = true;
-  if (vm.count("reduce-bucket-size"))
-    c.zero.reduce_bucket_size = count_flag("--reduce-bucket-size", f.reduce_bucket, 1);
-  if (vm.count("allgather-bucket-size"))
-    c.zero.allgather_bucket_size = count_flag("--allgather-bucket-size", f.allgather_bucket, 1);
-  if (vm.count("prefetch-bucket-size"))
-    c.zero.stage3_prefetch_bucket_size =
-        count_flag("--prefetch-bucket-size", f.prefetch_bucket, 0);
-  if (vm.count("max-live-parameters"))
-    c.zero.stage3_max_live_parameters = count_flag("--max-live-parameters", f.max_live, 0);
-  if (vm.count("persistence-threshold"))
-    c.zero.stage3_param_persistence_threshold =
-        count_flag("--persistence-threshold", f.persistence, 0);
   return c;
 }
 
 // The stages asked for. Offload moves the optimizer's shard to the host, and stage 0 has no
 // shard: "all" means 1-3 (`dropped` says so).
 std::vector<int> plan_stages(const PlanFlags& f, const Config& c, bool& dropped) {
-  std::vector<int> stages = parse_stages(f.stage);
+  std::vector<int> stages = parse_stage_flag(f.stage, true);
   const bool offload = c.zero.offload_optimizer_device == OffloadDevice::cpu;
   dropped = offload && stages.size() > 1;
   if (dropped) stages.erase(stages.begin());

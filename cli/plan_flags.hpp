@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/plan_time.hpp"
+#include "cli/settings_flags.hpp"
 #include "models/gpt_shape.hpp"
 #include "zero/config.hpp"
 #include "zero/planner.hpp"
@@ -18,29 +19,16 @@ namespace zero::cli {
 
 // Every flag, as the command line gave it.
 struct PlanFlags {
-  std::string params, preset, stage = "all", precision, reduce, optimizer, offload, budget_text,
-      config_file, json_file, plot_file, activations, reduce_bucket, allgather_bucket,
-      prefetch_bucket, max_live, persistence;
+  std::string params, preset, stage = "all", optimizer, offload, budget_text, json_file,
+      plot_file, activations;
   std::string model, device = "auto", compute;  // as `zero train`'s (cli/run_flags.hpp)
+  SettingsFlags settings;                       // as every command's (cli/settings_flags.hpp)
   models::GptShape shape;
-  int units = 32, ranks = 1, per_node = 0, shard_size = 0, hpz = 1, width = 512;
+  int units = 32, ranks = 1, per_node = 0, width = 512;
   std::int64_t global_batch = 0, micro_batch = 1, accum = 1;
   TimeFlags time;
 };
 
-// Runs a parser of a flag's text so that its error names the flag: "--budget: ...".
-template <class Parse>
-inline auto parse_flag(std::string_view flag, const std::string& text, Parse parse) {
-  try {
-    return parse(text);
-  } catch (const Error& e) {
-    throw Error(cat(flag, ": ", e.what()));
-  }
-}
-
-void require_at_least(std::string_view flag, std::int64_t value, std::int64_t least);
-// A count flag ("5e8", "13B") of at least `least`.
-std::int64_t count_flag(const char* flag, const std::string& text, std::int64_t least);
 PlanOptimizer parse_optimizer(const std::string& text);
 
 // Every option, in the help's groups; the help; --list-presets.

@@ -23,19 +23,25 @@ constexpr std::int64_t kMlpGlobalBatch = 64, kGptGlobalBatch = 16;
 void add_device_option(po::options_description& opts, std::string& device) {
   opts.add_options()(
       "device", po::value(&device)->default_value("auto"),
-      "cpu (MPI, host memory), cuda (one GPU per rank, NCCL, cuBLASLt) or auto: cuda when every "
-      "rank on a node has a GPU of its own, else cpu");
+      "cpu (MPI, host memory), cuda (one GPU per rank, NCCL, cuBLASLt), auto (cuda when every "
+      "rank on a node has a GPU of its own, else cpu) or emulated: a test and CI device, host "
+      "memory standing for a GPU's so that the device code path runs without one (MPI posing as "
+      "its communicator; the CPU's math, never faster than cpu)");
 }
 
 void check_device_flag(const std::string& device) {
-  if (device != "auto" && device != "cpu" && device != "cuda")
-    throw Error(cat("--device: expected cpu, cuda or auto, got '", device, "'"));
+  if (device != "auto" && device != "cpu" && device != "cuda" && device != "emulated")
+    throw Error(cat("--device: expected cpu, cuda, auto or emulated, got '", device, "'"));
 }
 
 bool plan_device_is_gpu(const std::string& device, int ranks_per_node, std::string& why) {
   why.clear();
   if (device == "cpu") return false;
   if (device == "cuda") return true;
+  if (device == "emulated") {
+    why = "host memory standing for a device, with MPI's staging";
+    return true;
+  }
   const std::size_t gpus = find_gpus().size();
   if (!ZERO_HAVE_CUDA) {
     why = "auto: this build has no CUDA; --device cuda plans GPUs";

@@ -13,11 +13,13 @@
 
 namespace zero::cli {
 
-// --device: cpu, cuda or auto (train's default: cuda when every rank has a GPU of its own).
+// --device: cpu, cuda, auto (train's default: cuda when every rank has a GPU of its own) or
+// emulated (the device code path on host memory: cli/run_device.hpp).
 void add_device_option(boost::program_options::options_description& opts, std::string& device);
 void check_device_flag(const std::string& device);
 
-// --device as `zero plan` resolves it: "cuda" and "cpu" as given; "auto" as `zero train` would
+// --device as `zero plan` resolves it: "cuda" and "cpu" as given, "emulated" a device (with
+// MPI's staging: PlanInput::emulated_device, set by the caller); "auto" as `zero train` would
 // decide on this machine: cuda when this build has CUDA and the machine a GPU for each of
 // `ranks_per_node` ranks (`zero plan --cluster` plans the profile's GPUs). `why` says how "auto"
 // decided ("" for a device given).

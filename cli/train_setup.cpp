@@ -21,10 +21,6 @@
 namespace zero::cli {
 namespace {
 
-void require_at_least(std::string_view flag, std::int64_t value, std::int64_t least) {
-  if (value < least) throw Error(cat(flag, " must be >= ", least, ", got ", value));
-}
-
 // nan, inf and negative values are errors: only 0 means "off" where a flag has an off.
 void require_finite_nonneg(std::string_view flag, double value) {
   if (!std::isfinite(value) || value < 0)
@@ -94,34 +90,20 @@ void add_train_options(boost::program_options::options_description& opts, Flags&
   add_device_option(opts, f.device);
   opts.add_options()
       ("ranks,n", po::value(&f.ranks), "ranks (outside an MPI job: relaunch under mpirun)")
-      ("stage", po::value(&f.stage), "ZeRO stage 0..3 (overrides the config)")
       ("steps", po::value(&f.steps)->default_value(20), "optimizer steps")
       ("seed", po::value(&f.seed), "seed of weights, teacher and data (default 1, or the config's seed)")
       ("layers", po::value(&f.layers)->default_value(4), "MLP layers (one unit each)")
       ("width", po::value(&f.width)->default_value(512), "MLP width");
   add_batch_options(opts, {&f.global_batch, &f.micro_batch, &f.accum});
+  // Defined with `zero plan`'s (cli/settings_flags.hpp): the same values give the same Config.
+  add_stage_option(opts, f.stage, false);
+  add_settings_options(opts, f.settings);
   opts.add_options()
-      ("precision", po::value(&f.precision), "bf16 (default), fp16 or fp32")
-      ("reduce-dtype", po::value(&f.reduce), "gradient reduce dtype: fp32 (default) or the training dtype")
       ("lr", po::value(&f.lr), "learning rate (overrides the config)")
       ("clip", po::value(&f.clip), "gradient clipping max norm, 0 = off (overrides the config)")
-      ("overlap", "overlap gradient reduction with backward (zero_optimization.overlap_comm)")
-      ("reduce-bucket-size", po::value(&f.reduce_bucket),
-       "gradient elements reduced per collective, whole units (zero_optimization."
-       "reduce_bucket_size; default 5e8, or the config's)")
-      ("shard-size", po::value(&f.shard_size),
-       "hierarchical sharding: shard the states over groups of this many ranks, replicated "
-       "across the groups (zero_optimization.mics_shard_size; default: all ranks)")
-      ("hpz", po::value(&f.hpz),
-       "stage 3: keep a secondary copy of the params sharded over groups of this many ranks so "
-       "that backward gathers stay inside them (zero_optimization.zero_hpz_partition_size)")
-      ("allgather-bucket-size", po::value(&f.allgather_bucket),
-       "new-param elements all-gathered per collective after the step, stages 1-2 (zero_"
-       "optimization.allgather_bucket_size; default 5e8, or the config's)")
       ("timeout", po::value(&f.timeout),
        "seconds a collective may make no progress before the job fails (default: the config's "
        "comm_timeout, 600)")
-      ("config", po::value(&f.config_file), "DeepSpeed-style JSON config file")
       ("json", po::value(&f.json_file), "write a JSON summary to this file")
       ("plot", po::value(&f.plot_file), "write the loss against the step to this SVG file")
       ("log-every", po::value(&f.log_every),
@@ -166,7 +148,6 @@ void check_model_flags(const Flags& f, const boost::program_options::variables_m
 
 // The file and folder flags: none may be empty; --init and --resume exclude each other.
 void check_file_flags(const Flags& f, const boost::program_options::variables_map& vm) {
-  if (vm.count("config") && f.config_file.empty()) throw Error("--config: the file name is empty");
   if (vm.count("json") && f.json_file.empty()) throw Error("--json: the file name is empty");
   if (vm.count("plot") && f.plot_file.empty()) throw Error("--plot: the file name is empty");
   // Said before any rank starts, not after the run (the write checks again).
@@ -191,8 +172,7 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
   check_model_flags(f, vm);
   check_device_flag(f.device);
   if (vm.count("ranks")) require_at_least("--ranks", f.ranks, 1);
-  if (vm.count("stage") && (f.stage < 0 || f.stage > 3))
-    throw Error(cat("--stage (zero_optimization.stage): expected 0..3, got ", f.stage));
+  if (vm.count("stage")) (void)parse_stage_flag(f.stage, false);
   require_at_least("--steps", f.steps, 1);
   require_at_least("--log-every", f.log_every, 1);
   require_at_least("--layers", f.layers, 1);
@@ -200,16 +180,7 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
   // One unit per layer: the engine's per-unit bookkeeping is sized for models of thousands.
   if (f.layers > 10000) throw Error(cat("--layers must be at most 10000, got ", f.layers));
   check_batch_flags(vm, f.global_batch, f.micro_batch, f.accum);
-  if (vm.count("reduce-bucket-size")) require_at_least("--reduce-bucket-size", f.reduce_bucket, 1);
-  if (vm.count("allgather-bucket-size"))
-    require_at_least("--allgather-bucket-size", f.allgather_bucket, 1);
-  if (vm.count("shard-size")) require_at_least("--shard-size", f.shard_size, 1);
-  if (vm.count("hpz")) require_at_least("--hpz", f.hpz, 1);
-  if (vm.count("ranks") && vm.count("shard-size") && f.ranks % f.shard_size != 0)
-    throw Error(cat("--shard-size ", f.shard_size, " does not divide -n ", f.ranks,
-                    ": shard groups must tile the ranks"));
-  if (vm.count("ranks") && vm.count("hpz") && f.ranks % f.hpz != 0)
-    throw Error(cat("--hpz ", f.hpz, " does not divide -n ", f.ranks));
+  check_settings_flags(vm, f.settings, vm.count("ranks") ? f.ranks : 0);
   if (vm.count("lr")) require_finite_nonneg("--lr", f.lr);
   if (vm.count("clip")) require_finite_nonneg("--clip", f.clip);
   if (vm.count("timeout") &&
@@ -299,7 +270,7 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   Config& config = run.config;
   const bool from_file = vm.count("config") > 0 || !config_file.empty();
   if (from_file) {
-    config = load_config(config_file.empty() ? f.config_file : config_file);
+    config = load_config(config_file.empty() ? f.settings.config_file : config_file);
   } else {  // zero train's own defaults, where a config file would give its own
     config.precision = Precision::bf16;
     config.optimizer.lr = 3e-3;
@@ -307,26 +278,21 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   }
   fill_auto_defaults(
       config, {.lr = 3e-3, .clip = 1.0, .precision = Precision::bf16, .total_steps = f.steps});
-  if (vm.count("stage")) config.zero.stage = f.stage;
-  if (vm.count("precision")) config.precision = parse_precision(f.precision, "--precision");
-  if (vm.count("reduce-dtype")) config.communication_data_type = parse_reduce_dtype(f.reduce, "--reduce-dtype");
+  if (vm.count("stage")) config.zero.stage = parse_stage_flag(f.stage, false).front();
   if (vm.count("lr")) config.optimizer.lr = f.lr;
   if (vm.count("clip")) config.gradient_clipping = f.clip;
-  if (vm.count("overlap")) config.zero.overlap_comm = true;
-  if (vm.count("reduce-bucket-size")) config.zero.reduce_bucket_size = f.reduce_bucket;
-  if (vm.count("allgather-bucket-size")) config.zero.allgather_bucket_size = f.allgather_bucket;
-  if (vm.count("shard-size")) config.zero.mics_shard_size = f.shard_size;
-  if (vm.count("hpz")) config.zero.zero_hpz_partition_size = f.hpz;
   if (vm.count("timeout")) config.comm_timeout_seconds = f.timeout;
   // Batch sizes: a flag sets its key as if the config had given it (DeepSpeed's rule then
   // derives the rest); with none given anywhere, the model's default global batch.
   apply_batch_flags(vm, f.global_batch, f.micro_batch, f.accum, config);
   run.gpt = f.model == "gpt";
   apply_default_batch(config, run.gpt, world);
-  if (run.gpt) {
-    run.gpt_shape = preset_shape(f.preset);
-    run.compute = resolve_compute(vm, f.compute, config.precision);
-  }
+  if (run.gpt) run.gpt_shape = preset_shape(f.preset);
+  // Hugging Face's "auto" rules read the hidden size of the model trained; the settings flags
+  // win over them (as over the file), as in `zero plan`.
+  fill_auto_from_model(config, run.gpt ? run.gpt_shape.hidden : std::int64_t{f.width});
+  config = apply_settings_flags(vm, f.settings, config);
+  if (run.gpt) run.compute = resolve_compute(vm, f.compute, config.precision);
   run.shape.layers = f.layers;
   run.shape.width = f.width;
   run.shape.seed = vm.count("seed") ? parse_seed(f.seed)
@@ -335,8 +301,6 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   run.steps = f.steps;
   run.log_every = vm.count("log-every") ? f.log_every : from_file ? config.steps_per_print : 1;
   run.timeout = config.comm_timeout_seconds;
-  // Hugging Face's "auto" rules read the hidden size of the model trained.
-  fill_auto_from_model(config, run.gpt ? run.gpt_shape.hidden : std::int64_t{f.width});
   if (world < 1) return run;
   try {
     config.resolve_batch(world);
@@ -375,8 +339,8 @@ double before_launch(const Flags& f, const boost::program_options::variables_map
     if (!in_mpi_job())  // a wrong --resume or --save is one sentence, before ranks start
       (void)check_checkpoint_flags(f.ckpt, units_of(early), f.model,
                                    steps_from_start ? early.steps : INT64_MAX);
-    if (asked > 0 && !in_mpi_job() && (f.device == "cpu" || !ZERO_HAVE_CUDA))
-      check_host_memory(early, asked, asked, false);
+    const bool host_ranks = f.device == "cpu" || f.device == "emulated" || !ZERO_HAVE_CUDA;
+    if (asked > 0 && !in_mpi_job() && host_ranks) check_host_memory(early, asked, asked, false);
     timeout = early.timeout;
   }
   // The GPT's MFU is against the cores' peak, measured here while no rank runs (ranks sharing

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/settings_flags.hpp"
 #include "cli/train_checkpoint.hpp"
 #include "models/gpt.hpp"
 #include "models/mlp.hpp"
@@ -18,13 +19,13 @@ namespace zero::cli {
 // before anything starts (and before a relaunch under mpirun, so that a bad flag is reported once,
 // by this process, not by every rank).
 struct Flags {
-  std::string model = "mlp", precision, reduce, config_file, json_file, device = "auto", seed;
+  std::string model = "mlp", json_file, device = "auto", seed;
   std::string preset = "gpt-nano", data, compute;  // the GPT's
   std::string plot_file;
-  int ranks = 1, stage = 0;
+  std::string stage;  // --stage: 0..3 (cli/settings_flags.hpp)
+  int ranks = 1;
   std::int64_t steps = 20, accum = 1, global_batch = 64, micro_batch = 1, log_every = 1;
-  std::int64_t reduce_bucket = 0, allgather_bucket = 0;
-  int shard_size = 0, hpz = 0;
+  SettingsFlags settings;  // as every command's (cli/settings_flags.hpp)
   int layers = 4, width = 512;
   double lr = 0, clip = 0, timeout = 600;
   CheckpointFlags ckpt;  // --save, --save-every, --keep, --save-sync, --resume

@@ -155,17 +155,19 @@ const ParamLayout& checked_param(const Layout& layout, int p, int rank, const ch
   return layout.params[p];
 }
 
-// Param `pl`'s elements inside the buffer of its unit.
-TensorView param_view(const Slice& unit, const ParamLayout& pl) {
+// Param `pl`'s elements inside the buffer of its unit, as the trainer sees them: an emulated
+// device's memory is host memory, which only a host trainer can compute on, so it is tagged host
+// there (the views the engine hands its communicator stay device-tagged).
+TensorView param_view(const Slice& unit, const ParamLayout& pl, const EngineOptions& o) {
   return TensorView{static_cast<std::byte*>(unit.data) + bytes(pl.offset, unit.dtype), pl.numel,
-                    unit.dtype, pl.shape, unit.memory};
+                    unit.dtype, pl.shape, o.emulate_device ? comm::Memory::host : unit.memory};
 }
 
 }  // namespace
 
 TensorView Engine::param(int p) const {
   const ParamLayout& pl = checked_param(impl_->ctx.layout, p, impl_->ctx.rank, "param");
-  return param_view(impl_->gatherer.params_of_unit(pl.unit), pl);
+  return param_view(impl_->gatherer.params_of_unit(pl.unit), pl, impl_->ctx.options);
 }
 
 UnitState Engine::unit_state(int u) const {
@@ -176,7 +178,7 @@ UnitState Engine::unit_state(int u) const {
 TensorView Engine::grad(int p) {
   const ParamLayout& pl = checked_param(impl_->ctx.layout, p, impl_->ctx.rank, "grad");
   ++impl_->ctx.trainer_calls;
-  return param_view(impl_->reducer.grads_of_unit(pl.unit), pl);
+  return param_view(impl_->reducer.grads_of_unit(pl.unit), pl, impl_->ctx.options);
 }
 
 void Engine::reduce_grads(int u) {

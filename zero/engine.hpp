@@ -63,7 +63,9 @@ struct EngineOptions {
   // With memory == device: host memory and the CPU kernels stand in for the GPU. The engine runs
   // its device code path (device ledger, device-tagged views, staging) and computes bitwise what
   // the host path computes, so CI checks that path's logic without a GPU. The communicator must
-  // still say memory() == device. Never faster; for tests.
+  // still say memory() == device (comm/emulated_device.hpp). param()/grad() tag their views host:
+  // the memory is host memory, and the trainer reading it a host trainer. Never faster; for tests
+  // (`zero train --device emulated`).
   bool emulate_device = false;
   // Counts without computing: the engine allocates no memory (its buffers are address ranges
   // that are never mapped) and runs no kernel, but makes every decision and every allocation a

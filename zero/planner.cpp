@@ -330,7 +330,7 @@ void add_engine_run(Terms& t, Plan& plan, const PlanInput& in, const Formula& f)
   const GroupedOps& all = plan.collectives;
   plan.traffic = {all.shard.payload_bytes(), all.replicate.payload_bytes(),
                   all.secondary.payload_bytes(), all.world.payload_bytes()};
-  if (in.device)
+  if (in.device && !in.emulated_device)
     t.buffer("NCCL staging: fp32 copy of the largest reduce-scatter's input",
              "4 B x the largest unit's (or bucket's) padded size", run.staging);
   else

@@ -57,6 +57,9 @@ struct PlanInput {
   std::size_t comm_chunk_bytes = std::size_t{1} << 20;
   int comm_pipeline_depth = 2;
   bool device = true;                // state on the device (GPU) vs host memory (CPU ranks)
+  // With device: host memory standing for the device (EngineOptions::emulate_device), MPI's
+  // staging (comm/emulated_device.hpp) instead of NCCL's.
+  bool emulated_device = false;
 };
 
 // A PlanInput of `config` at `ranks` ranks, the model left for the caller to give.

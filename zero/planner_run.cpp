@@ -90,7 +90,8 @@ EngineRun run_engine(const PlanInput& in) {
   co.chunk_bytes = in.comm_chunk_bytes;
   co.pipeline_depth = in.comm_pipeline_depth;
   auto world = comm::make_counting_communicator(
-      in.ranks, 0, o.memory, in.device ? comm::StagingModel::nccl : comm::StagingModel::mpi, co);
+      in.ranks, 0, o.memory,
+      in.device && !in.emulated_device ? comm::StagingModel::nccl : comm::StagingModel::mpi, co);
   Engine e(c, *world, in.units, o);
   EngineRun run;
   const MemoryReport built = e.memory();

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "base/error.hpp"
+#include "comm/emulated_device.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/mpi_runtime.hpp"
 #include "comm/nccl_communicator.hpp"
@@ -76,12 +77,14 @@ bool World::every_rank_has_gpu() {
   return all_min(comm::nccl_available() && local < kernels::cuda::device_count() ? 1 : 0) == 1;
 }
 
-comm::Communicator& World::connect(comm::Memory memory, comm::Options options) {
+comm::Communicator& World::connect(comm::Memory memory, comm::Options options,
+                                   bool emulate_device) {
   if (impl_->communicator) throw Error("World::connect: the communicator is already made");
   impl_->communicator =
-      memory == comm::Memory::device
-          ? comm::make_nccl_communicator(MPI_COMM_WORLD, comm::NcclOptions{.common = options})
-          : comm::make_mpi_communicator(MPI_COMM_WORLD, options);
+      memory == comm::Memory::host ? comm::make_mpi_communicator(MPI_COMM_WORLD, options)
+      : emulate_device             ? comm::make_emulated_device_communicator(
+                             comm::make_mpi_communicator(MPI_COMM_WORLD, options))
+          : comm::make_nccl_communicator(MPI_COMM_WORLD, comm::NcclOptions{.common = options});
   return *impl_->communicator;
 }
 

@@ -48,7 +48,10 @@ class World {
 
   // Makes the communicator over every rank, once: NCCL on this rank's GPU (local rank modulo the
   // devices) for Memory::device, MPI for Memory::host. Collective. The World owns it.
-  comm::Communicator& connect(comm::Memory memory, comm::Options options = {});
+  // `emulate_device` with Memory::device: MPI posing as a device's communicator
+  // (comm/emulated_device.hpp), for an engine with EngineOptions::emulate_device.
+  comm::Communicator& connect(comm::Memory memory, comm::Options options = {},
+                              bool emulate_device = false);
   // The communicator connect() made; throws zero::Error before it.
   comm::Communicator& communicator() const;
 

@@ -202,4 +202,23 @@ with tempfile.TemporaryDirectory() as tmp:
           r.returncode == 0 and os.path.exists(chart) and not os.path.exists(chart[:-4] + ".png") and
           "chart: no PNG beside it: neither rsvg-convert (package librsvg2-bin, which "
           "scripts/install-deps installs) nor ImageMagick's convert ran" in r.stdout, r.stdout + r.stderr)
+
+    # MFU against a peak far below what any step reaches (ZERO_FMA_PEAK, as zero train's test
+    # gives it): raised to the fastest step's rate as zero train raises it, said once, never
+    # above 100% in the table or the JSON.
+    tiny = os.path.join(tmp, "tiny.json")
+    r = zero("compare", *gpt[:-6], "-n", "2", "--global-batch", "4", *gpt[-2:], "--stages",
+             "0,1", "--warmup", "0", "--steps", "2", "--repeats", "1", "--json", tiny,
+             env=user_env(ZERO_FMA_PEAK="1e6 avx2 fma"))
+    mfus = [float(m) for m in re.findall(r"^[0-3]\s+[\d.]+\s+-\s+\d+\s+([\d.]+)%", r.stdout, re.M)]
+    check("a peak of 1 MFLOP/s: every MFU printed is at most 100%",
+          r.returncode == 0 and len(mfus) == 2 and max(mfus) <= 100.0, r.stdout + r.stderr)
+    notes = [l for l in r.stdout.splitlines() if l.startswith("zero compare: note:")]
+    check("the raised peak is said once, naming the stage and the peak it replaced",
+          len(notes) == 1 and "of stage " in notes[0] and "0.00 GFLOP/s" in notes[0] and
+          "raised to the fastest step's rate" in r.stdout, notes)
+    tj = json.load(open(tiny)) if r.returncode == 0 else {}
+    check("--json: every stage's mfu at most 1, against the raised peak",
+          tj and all(0 < s["mfu"] <= 1.0 for s in tj["stages"]) and tj["peak_flops"] > 1e6,
+          json.dumps(tj)[:800])
 finish()

@@ -2,7 +2,8 @@
 """`zero plan` on its own is the plan of the run: for the same flags, `zero plan --json -`'s bytes
 per category equal what `zero train --json` measures (rank 0's ledger), to the byte, over a grid
 of the GPTs (gpt-nano, gpt-micro) at 1-4 ranks, every stage, micro-batch 1 and 4 and the default
-batch, on the host (--device cpu), and the MLP once. Then the two commands' shared flags: the
+batch, on the host (--device cpu) and on the emulated device (--device emulated: the device code
+path on host memory, which trains bitwise what the host trains), and the MLP once. Then the two commands' shared flags: the
 same defaults (the batch a GPT run takes), a --device plan refuses nothing train takes, and
 "auto" keys and out-of-memory sentences that speak of the model trained.
 Usage: test_plan_equals_train.py path/to/zero. Prints 'N passed, N failed'."""
@@ -30,6 +31,14 @@ GRID = ([(NANO, 4, s, [*CPU, "--micro-batch", m]) for s in range(4) for m in ("1
          (MICRO, 1, 2, [*CPU, "--micro-batch", "4"]),
          (NANO, 2, 2, [*CPU, "--micro-batch", "2", "--accum", "2"]),
          (NANO, 4, 1, ["--micro-batch", "4"]), (["--model", "mlp"], 2, 2, CPU)])
+# The device path, on the emulated device (host memory standing for a GPU's, MPI posing as its
+# communicator): every stage at 4 ranks (nano) and 2 ranks (micro), micro-batch 1 and 4 in turn;
+# 1 and 3 ranks once each.
+EMULATED = ["--device", "emulated"]
+GRID += ([(NANO, 4, s, [*EMULATED, "--micro-batch", "14"[s % 2]]) for s in range(4)] +
+         [(MICRO, 2, s, [*EMULATED, "--micro-batch", "41"[s % 2]]) for s in range(4)] +
+         [(NANO, 1, 2, [*EMULATED, "--micro-batch", "4"]),
+          (MICRO, 3, 3, [*EMULATED, "--micro-batch", "1"])])
 
 
 def zero(*args, timeout=300):
@@ -45,6 +54,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check("zero data makes the token file", r.returncode == 0, r.stdout + r.stderr)
     data = ["--data", os.path.join(tmp, "t_train.bin")]
 
+    checksums = {}  # (the flags but --device, device): the weights a run ended with
     for model, n, stage, batch in GRID:
         flags = [*model, "-n", str(n), "--stage", str(stage), *batch]
         name = " ".join(flags)
@@ -55,7 +65,11 @@ with tempfile.TemporaryDirectory() as tmp:
         if r.returncode != 0:
             continue
         with open(js) as f:
-            measured = {k: v["measured"] for k, v in json.load(f)["memory_planned_vs_measured"].items()}
+            report = json.load(f)
+        measured = {k: v["measured"] for k, v in report["memory_planned_vs_measured"].items()}
+        device = batch[batch.index("--device") + 1] if "--device" in batch else "auto"
+        same_run = " ".join(f for f in flags if f not in ("--device", device))
+        checksums[(same_run, report["device"])] = report["params_checksum"]
         p = zero("plan", *flags, "--json", "-")
         check(f"zero plan {name} plans", p.returncode == 0, p.stderr)
         if p.returncode != 0:
@@ -64,6 +78,26 @@ with tempfile.TemporaryDirectory() as tmp:
         planned = {k: plan[key] for k, key in CATEGORIES.items()}
         check(f"{name}: plan == measured per category, to the byte", planned == measured,
               {k: (planned[k], measured.get(k)) for k in planned if planned[k] != measured.get(k)})
+
+    # The emulated device runs the device code path and computes what the host computes.
+    pairs = [(k, checksums.get((k, "cpu"))) for (k, d) in checksums if d == "emulated"]
+    check("every emulated-device run was one (its JSON says \"device\": \"emulated\")",
+          len(pairs) == sum("emulated" in b for *_, b in GRID), sorted(checksums))
+    pairs = [(k, c) for k, c in pairs if c is not None]  # the runs the host grid has too
+    check("the emulated device trains bitwise what the host trains (the same checksums)",
+          len(pairs) == 8 and all(checksums[(k, "emulated")] == c for k, c in pairs),
+          [(k, checksums[(k, "emulated")], c) for k, c in pairs])
+    r = zero("train", "--help")
+    words = " ".join(r.stdout.split())
+    check("zero train --help says what --device emulated is: a test and CI device, never faster",
+          "emulated: a test and CI device" in words and "never faster" in words, r.stdout)
+    p = zero("plan", *NANO, "-n", "4", "--stage", "2", "--device", "emulated", "--micro-batch",
+             "4")
+    check("zero plan --device emulated says what it plans: MPI's staging on a device",
+          p.returncode == 0 and "device: emulated (host memory standing for a device, with MPI's "
+          "staging)" in p.stdout and "MPI reduce-scatter staging" in
+          zero("plan", *NANO, "-n", "4", "--stage", "2", "--device", "emulated", "--explain").stdout,
+          p.stdout + p.stderr)
 
     # The same defaults: a GPT run's batch is 16 sequences (rounded up to the ranks), the plan's too.
     p = zero("plan", *NANO, "-n", "4", "--stage", "0", "--json", "-")
@@ -82,7 +116,7 @@ with tempfile.TemporaryDirectory() as tmp:
           r.stdout)
     p = zero("plan", "--preset", "gpt-nano", "--device", "gpu")
     check("zero plan --device names its choices", p.returncode != 0 and "--device" in p.stderr
-          and "cpu, cuda or auto" in p.stderr, p.stderr)
+          and "cpu, cuda, auto or emulated" in p.stderr, p.stderr)
     devices = {}
     for device in ("cpu", "cuda"):
         p = zero("plan", *NANO, "-n", "4", "--stage", "0", "--device", device, "--json", "-")

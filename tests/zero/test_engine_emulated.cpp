@@ -7,6 +7,7 @@
 //  - the planner equals the device ledger, as it equals the host ledger.
 #include <catch2/catch.hpp>
 
+#include "comm/emulated_device.hpp"
 #include "tests/zero/engine_harness.hpp"
 #include "tests/zero/shared_temp_dir.hpp"
 
@@ -15,62 +16,19 @@ using zero::testing::RunSpec;
 
 namespace {
 
-// An MPI communicator posing as a device communicator: it refuses host-tagged views (as NCCL
-// does) and passes the (really host) buffers on to MPI.
-class AsDevice final : public comm::Communicator {
- public:
-  explicit AsDevice(std::unique_ptr<comm::Communicator> inner) : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string_view backend() const override { return "mpi (as a device)"; }
-  comm::Memory memory() const override { return comm::Memory::device; }
-
-  comm::Handle all_reduce_async(comm::View buf, comm::ReduceOp op) override {
-    return inner_->all_reduce_async(host(buf, "all_reduce"), op);
-  }
-  comm::Handle reduce_scatter_async(comm::ConstView in, comm::View out,
-                                    comm::ReduceOp op) override {
-    return inner_->reduce_scatter_async(host(in, "reduce_scatter"), host(out, "reduce_scatter"),
-                                        op);
-  }
-  comm::Handle all_gather_async(comm::ConstView in, comm::View out) override {
-    return inner_->all_gather_async(host(in, "all_gather"), host(out, "all_gather"));
-  }
-  comm::Handle broadcast_async(comm::View buf, int root) override {
-    return inner_->broadcast_async(host(buf, "broadcast"), root);
-  }
-  comm::Handle barrier_async() override { return inner_->barrier_async(); }
-  std::unique_ptr<comm::Communicator> split(int color, int key) override {
-    auto s = inner_->split(color, key);
-    return s ? std::make_unique<AsDevice>(std::move(s)) : nullptr;
-  }
-  comm::Accounting accounting() const override { return inner_->accounting(); }
-  void reset_accounting() override { inner_->reset_accounting(); }
-  std::size_t scratch_bytes_peak() const override { return inner_->scratch_bytes_peak(); }
-
- private:
-  template <class V>
-  static V host(V v, const char* op) {
-    if (v.memory != comm::Memory::device)
-      throw Error(cat(op, ": a host-tagged buffer was passed to a device communicator"));
-    v.memory = comm::Memory::host;
-    return v;
-  }
-  std::unique_ptr<comm::Communicator> inner_;
-};
-
 struct Result {
   std::uint64_t checksum = 0;
   std::vector<double> losses;
   MemoryReport memory;
   LedgerSnapshot host_space;
   Plan plan;
+  Plan emulated_plan;  // PlanInput::emulated_device: the device path with MPI's staging
 };
 
 Result run(comm::Communicator& parent, const RunSpec& spec, bool device) {
   auto own = parent.split(0, parent.rank());  // fresh staging, as the planner assumes
   std::unique_ptr<comm::Communicator> world =
-      device ? std::make_unique<AsDevice>(std::move(own)) : std::move(own);
+      device ? comm::make_emulated_device_communicator(std::move(own)) : std::move(own);
   const int n = world->size();
   const std::int64_t G = spec.shape.global_batch, micro = G / (n * spec.accumulation);
   EngineOptions eo;
@@ -95,10 +53,12 @@ Result run(comm::Communicator& parent, const RunSpec& spec, bool device) {
   in.units = models::mlp_units(spec.shape);
   in.activation_bytes = models::mlp_activation_bytes(spec.shape, micro);
   // A device run plans the device path (nothing kept between steps, the norm parts staged
-  // through device memory) with NCCL's staging; this run's staging is MPI's (AsDevice): the
+  // through device memory) with NCCL's staging; this run's staging is MPI's (posing as a device): the
   // test swaps the one term.
   in.device = device;
   r.plan = plan_memory(in);
+  in.emulated_device = device;
+  r.emulated_plan = plan_memory(in);
   r.checksum = engine.master_checksum();
   return r;
 }
@@ -141,6 +101,11 @@ TEST_CASE("The device code path, emulated on the CPU, equals the host path bitwi
         const std::int64_t planned = d.plan.peak_total - d.plan.device.activations - nccl_staging +
                                      d.memory.ledger[Category::comm_staging].current;
         CHECK(d.memory.peak_total == planned);
+        // Planned as an emulated device (MPI's staging on the device), the device ledger
+        // exactly, but the activations, which this trainer records in host memory.
+        CHECK(d.memory.peak_total ==
+              d.emulated_plan.peak_total - d.emulated_plan.device.activations);
+        CHECK(d.memory.buffers == d.emulated_plan.device.buffers);
         CHECK(h.memory.peak_total == h.plan.peak_total);  // the host path: the plan, exactly
         CHECK(d.memory.model_states() == h.memory.model_states());
         CHECK(d.memory.params == h.memory.params);
@@ -162,7 +127,7 @@ TEST_CASE("A checkpoint saved on the device path resumes bitwise on the host pat
     const std::int64_t G = spec.shape.global_batch, micro = G / n;
     auto engine_on = [&](bool device, std::unique_ptr<comm::Communicator>& world) {
       auto own = parent->split(0, parent->rank());
-      world = device ? std::make_unique<AsDevice>(std::move(own)) : std::move(own);
+      world = device ? comm::make_emulated_device_communicator(std::move(own)) : std::move(own);
       EngineOptions eo;
       eo.memory = device ? comm::Memory::device : comm::Memory::host;
       eo.emulate_device = device;
