@@ -82,8 +82,8 @@ void add_plan_options(po::options_description& opts, PlanFlags& f) {
       ("vocab", val(&f.shape.vocab, "V"), "GPT vocabulary (default 50257)")
       ("seq-len", val(&f.shape.seq_len, "S"), "GPT sequence length (default 1024)")
       ("ffn-hidden", val(&f.shape.ffn_hidden, "F"), "GPT MLP width (default 4 x H)")
-      ("untied", "GPT output head separate from the token embedding (default tied)")
-      ("recompute", "GPT full activation recomputation (keep only each block's input)");
+      ("untied", "GPT output head separate from the token embedding (default tied)");
+  add_recompute_option(model);
   add_compute_option(model, f.compute);
   // The batch and the device as zero train defines them (cli/run_flags.hpp).
   po::options_description batch("batch (as zero train's; not with --params)", kWidth);

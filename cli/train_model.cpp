@@ -68,7 +68,9 @@ class GptModel final : public TrainModel {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return trainer_.micro_batch(engine, inputs_, targets_);
   }
-  TrainerTimes times() const override { return {data_seconds_, trainer_.compute_seconds()}; }
+  TrainerTimes times() const override {
+    return {data_seconds_, trainer_.compute_seconds(), trainer_.recompute_seconds()};
+  }
   std::int64_t tokens_per_sample() const override { return shape_.seq_len; }
   double flops_per_token() const override { return models::gpt_flops_per_token(shape_); }
 

@@ -91,6 +91,7 @@ void add_train_options(boost::program_options::options_description& opts, Flags&
        "the GPT's token file: an llm.c shard (.bin, header 20240520) or nanoGPT's train.bin");
   // Defined with `zero plan`'s (cli/run_flags.hpp): the same flags plan the same run.
   add_compute_option(opts, f.compute);
+  add_recompute_option(opts);
   add_device_option(opts, f.device);
   opts.add_options()
       ("ranks,n", po::value(&f.ranks), "ranks (outside an MPI job: relaunch under mpirun)")
@@ -158,7 +159,7 @@ void check_model_flags(const Flags& f, const boost::program_options::variables_m
       if (!vm[mlp_only].defaulted())
         throw Error(cat("--", mlp_only, " shapes the MLP; the GPT's shape comes from --preset"));
   } else {
-    for (const char* gpt_only : {"data", "compute"})
+    for (const char* gpt_only : {"data", "compute", "recompute"})
       if (vm.count(gpt_only)) throw Error(cat("--", gpt_only, " is for --model gpt"));
     if (!vm["preset"].defaulted()) throw Error("--preset is for --model gpt");
   }
@@ -326,6 +327,7 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   if (run.gpt) {
     run.gpt_shape = preset_shape(f.preset);
     run.compute = resolve_compute(vm, f.compute, config.precision);
+    run.gpt_shape.recompute = vm.count("recompute") > 0;
   }
   run.shape.layers = f.layers;
   run.shape.width = f.width;
