@@ -52,7 +52,8 @@ class GptModel final : public TrainModel {
   std::string describe() const override {
     return cat("gpt ", preset_, " (", shape_.layers, " layers, hidden ", shape_.hidden, ", ",
                shape_.heads, " heads, seq ", shape_.seq_len, ", vocab ", shape_.vocab, ", ",
-               name_of(trainer_.compute()), " compute) on ", sampler_.file().path(), " (",
+               name_of(trainer_.compute()), " compute", shape_.recompute ? ", recompute" : "",
+               ") on ", sampler_.file().path(), " (",
                sampler_.file().size(), " tokens)");
   }
   std::string kind() const override { return "gpt"; }

@@ -327,7 +327,11 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   if (run.gpt) {
     run.gpt_shape = preset_shape(f.preset);
     run.compute = resolve_compute(vm, f.compute, config.precision);
-    run.gpt_shape.recompute = vm.count("recompute") > 0;
+    run.gpt_shape.recompute = vm.count("recompute") > 0 || config.activation_checkpointing;
+  } else if (config.activation_checkpointing) {
+    config.warnings.push_back(
+        "activation_checkpointing has no effect on the MLP, which keeps every activation; it "
+        "turns on the GPT's recomputation (--model gpt)");
   }
   run.shape.layers = f.layers;
   run.shape.width = f.width;
