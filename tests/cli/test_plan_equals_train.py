@@ -30,6 +30,11 @@ GRID = ([(NANO, 4, s, [*CPU, "--micro-batch", m]) for s in range(4) for m in ("1
          (MICRO, 1, 2, [*CPU, "--micro-batch", "4"]),
          (NANO, 2, 2, [*CPU, "--micro-batch", "2", "--accum", "2"]),
          (NANO, 4, 1, ["--micro-batch", "4"]), (["--model", "mlp"], 2, 2, CPU)])
+# With recomputation (each block keeps only its input): every stage at 4 ranks (nano) and at 1-3
+# ranks (micro), micro-batch 1 and 4.
+RECOMPUTE = [*CPU, "--recompute"]
+GRID += ([(NANO, 4, s, [*RECOMPUTE, "--micro-batch", "14"[s % 2]]) for s in range(4)] +
+         [(MICRO, 1 + s % 3, s, [*RECOMPUTE, "--micro-batch", "41"[s % 2]]) for s in range(4)])
 
 
 def zero(*args, timeout=300):
