@@ -159,7 +159,9 @@ class GptModel final : public GptTrainer::Impl {
       const T* xin = l == 0 ? encoded.data() : out(l - 1);
       call([&] { e.gather(1 + l); });
       const Unit p = load(1 + l);
-      if (shape.recompute) {  // the block's inner activations again, from its kept input
+      // The block's inner activations again, from its kept input; the last block's are still
+      // in the shared set from forward.
+      if (shape.recompute && l != L - 1) {
         ops.recompute_begin();
         block_forward(inner(l), xin, p);
         ops.recompute_end();
