@@ -44,6 +44,14 @@ struct PlanModel {
   GptShape shape;                      // a GPT's
 };
 
+// --activations: zero (the default: the bytes of the trainer zero runs, exactly), megatron
+// (Korthikanti et al.'s estimate for a Megatron-style trainer; a GPT only) or a byte count.
+enum class ActivationModel { zero, megatron, bytes };
+ActivationModel activation_model(const po::variables_map& vm, const PlanFlags& f) {
+  if (!vm.count("activations") || f.activations == "zero") return ActivationModel::zero;
+  return f.activations == "megatron" ? ActivationModel::megatron : ActivationModel::bytes;
+}
+
 PlanModel bare_model(const po::variables_map& vm, const PlanFlags& f, bool gpt_given) {
   if (vm.count("preset") || gpt_given)
     throw Error(
@@ -58,6 +66,9 @@ PlanModel bare_model(const po::variables_map& vm, const PlanFlags& f, bool gpt_g
   require_at_least("--units", f.units, 1);
   if (f.units > count)
     throw Error(cat("--units ", f.units, " is more than the --params count ", count));
+  if (vm.count("activations") && activation_model(vm, f) != ActivationModel::bytes)
+    throw Error(cat("--activations ", f.activations, " computes a model's activations, and "
+                    "--params gives none; give --activations BYTES"));
   PlanModel m;
   m.units = uniform_units(count, f.units);
   m.name = cat(human_count(count), " params");
@@ -85,7 +96,8 @@ GptShape gpt_shape(const po::variables_map& vm, const PlanFlags& f, const Config
   if (vm.count("ffn-hidden")) shape.ffn_hidden = given.ffn_hidden;
   if (vm.count("untied")) shape.tied_embeddings = false;
   shape.micro_batch = static_cast<int>(c.train_micro_batch_size_per_gpu);
-  if (vm.count("recompute")) shape.recompute = true;
+  // As zero train: --recompute, or the config's activation_checkpointing section.
+  if (vm.count("recompute") || c.activation_checkpointing) shape.recompute = true;
   require_at_least("--layers", shape.layers, 1);
   require_at_least("--hidden", shape.hidden, 1);
   require_at_least("--heads", shape.heads, 1);
@@ -105,17 +117,24 @@ PlanModel gpt_model(const po::variables_map& vm, const PlanFlags& f, const Confi
   m.units = models::gpt_units(shape);
   m.hidden = shape.hidden;
   m.gpt = true;
-  // What zero's GPT trainer (models/gpt, `zero train --model gpt`) holds, exactly, for the
-  // shapes it trains (tied head, no recomputation; --compute as zero train's); Korthikanti et
-  // al.'s estimate for the others.
-  const bool ours = shape.tied_embeddings && !shape.recompute;
+  // What zero's GPT trainer (models/gpt, `zero train --model gpt`, --compute and --recompute as
+  // its) holds, exactly; Korthikanti et al.'s estimate only when asked for by name.
   const models::GptCompute compute = resolve_compute(vm, f.compute, c.precision);
-  m.activation_bytes =
-      ours ? models::gpt_trainer_activation_bytes(
-                 shape, compute == models::GptCompute::bf16 ? DType::bf16 : DType::f32)
-           : models::gpt_activation_bytes(shape, working_dtype(c.precision));
-  m.activations_from = ours ? cat("zero's GPT trainer (", name_of(compute), " compute)")
-                            : "Korthikanti et al. (2022), eq. 2";
+  const ActivationModel act = activation_model(vm, f);
+  if (act == ActivationModel::megatron) {
+    m.activation_bytes = models::gpt_activation_bytes(shape, working_dtype(c.precision));
+    m.activations_from = "a Megatron-style trainer, Korthikanti et al. (2022), eq. 2";
+  } else if (act == ActivationModel::zero) {
+    if (!shape.tied_embeddings)
+      throw Error(
+          "--untied: zero's GPT trainer ties its output head, so it has no activation count for "
+          "an untied one; give --activations megatron (a Megatron-style trainer's estimate) or "
+          "--activations BYTES");
+    m.activation_bytes = models::gpt_trainer_activation_bytes(
+        shape, compute == models::GptCompute::bf16 ? DType::bf16 : DType::f32);
+    m.activations_from = cat("zero's GPT trainer (", name_of(compute), " compute",
+                             shape.recompute ? ", recompute" : "", ")");
+  }
   m.tied_head = shape.tied_embeddings;
   m.name = vm.count("preset") ? f.preset : vm.count("model") ? "gpt-nano" : "gpt";
   m.text = cat(
@@ -137,6 +156,9 @@ PlanModel mlp_model(const po::variables_map& vm, const PlanFlags& f, const Confi
   shape.width = f.width;
   require_at_least("--layers", shape.layers, 1);
   require_at_least("--width", shape.width, 1);
+  if (activation_model(vm, f) == ActivationModel::megatron)
+    throw Error("--activations megatron is a GPT's (Korthikanti et al.); --model mlp plans zero's "
+                "MLP trainer, or give --activations BYTES");
   PlanModel m;
   m.units = models::mlp_units(shape);
   m.activation_bytes = models::mlp_activation_bytes(shape, c.train_micro_batch_size_per_gpu);
@@ -262,7 +284,9 @@ std::string report_head(const PlanInput& in, const PlanModel& model, const Plan&
   std::ostringstream text;
   text << "zero plan: " << model.text << '\n'
        << "  activations: " << format_bytes(in.activation_bytes) << " per rank, "
-       << model.activations_from << "; --activations BYTES overrides\n";
+       << model.activations_from
+       << (model.gpt ? "; --activations zero, megatron (a Megatron-style trainer) or BYTES\n"
+                     : "; --activations BYTES overrides\n");
   if (model.hidden)  // a model with samples: the batch as zero train resolves it
     text << "  batch: " << *c.train_batch_size << " = micro-batch "
          << c.train_micro_batch_size_per_gpu << " x accumulation " << c.gradient_accumulation_steps
@@ -374,7 +398,7 @@ PlanInput plan_input(const po::variables_map& vm, const PlanFlags& f, Config con
   in.tied_head = model.tied_head;
   in.model_name = model.name;
   if (vm.count("optimizer")) in.optimizer = parse_optimizer(f.optimizer);
-  if (vm.count("activations")) {
+  if (activation_model(vm, f) == ActivationModel::bytes) {
     in.activation_bytes = parse_flag("--activations", f.activations, parse_bytes);
     require_at_least("--activations", in.activation_bytes, 0);
     model.activations_from = "given (--activations)";

@@ -52,8 +52,10 @@ void add_plan_options(po::options_description& opts, PlanFlags& f) {
       ("params", val(&f.params, "COUNT"), "parameter count: 7.5e9, 13B, 1.3b, 350M")
       ("units", val(&f.units, "N")->default_value(32),
        "with --params: equal units the count is cut into (what the engine gathers and reduces one at a time)")
-      ("activations", val(&f.activations, "BYTES"),
-       "activations per rank: 12GiB; with --params 0 (none) unless given, computed for a GPT or the MLP")
+      ("activations", val(&f.activations, "A"),
+       "activations per rank: zero (default: what zero train's GPT or MLP trainer holds, exactly; "
+       "with --params none), megatron (a GPT in a Megatron-style trainer: Korthikanti et al. "
+       "2022, eq. 2) or a size, 12GiB")
       ("model", val(&f.model, "M"),
        "as zero train's: gpt (--preset, default gpt-nano) or mlp (--layers, default 4, and --width)")
       ("preset", val(&f.preset, "NAME"), "a GPT size, gpt2-small .. gpt3-175b; the flags below override it")
@@ -65,8 +67,8 @@ void add_plan_options(po::options_description& opts, PlanFlags& f) {
       ("vocab", val(&f.shape.vocab, "V"), "GPT vocabulary (default 50257)")
       ("seq-len", val(&f.shape.seq_len, "S"), "GPT sequence length (default 1024)")
       ("ffn-hidden", val(&f.shape.ffn_hidden, "F"), "GPT MLP width (default 4 x H)")
-      ("untied", "GPT output head separate from the token embedding (default tied)")
-      ("recompute", "GPT full activation recomputation (keep only each block's input)");
+      ("untied", "GPT output head separate from the token embedding (default tied)");
+  add_recompute_option(model);
   add_compute_option(model, f.compute);
   // The batch and the device as zero train defines them (cli/run_flags.hpp).
   po::options_description batch("batch (as zero train's; not with --params)", kWidth);

@@ -128,4 +128,11 @@ models::GptCompute resolve_compute(const po::variables_map& vm, const std::strin
   return c;
 }
 
+void add_recompute_option(po::options_description& opts) {
+  opts.add_options()(
+      "recompute",
+      "the GPT's full activation recomputation: each block keeps only its input and runs its "
+      "forward again in backward (weights bitwise as without it; less memory, more compute)");
+}
+
 }  // namespace zero::cli

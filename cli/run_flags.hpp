@@ -1,6 +1,6 @@
 // The flags `zero train` and `zero plan` both read, defined once with their help and defaults, so
 // that `zero plan` with a run's flags plans that very run: the device, the batch sizes and their
-// defaults, the GPT's compute dtype.
+// defaults, the GPT's compute dtype and recomputation.
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -51,5 +51,9 @@ void add_compute_option(boost::program_options::options_description& opts, std::
 void check_compute_flag(const boost::program_options::variables_map& vm, const std::string& compute);
 models::GptCompute resolve_compute(const boost::program_options::variables_map& vm,
                                    const std::string& compute, Precision precision);
+
+// --recompute: the GPT's full activation recomputation (each block keeps only its input and
+// runs its forward again in backward).
+void add_recompute_option(boost::program_options::options_description& opts);
 
 }  // namespace zero::cli

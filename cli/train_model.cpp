@@ -52,7 +52,8 @@ class GptModel final : public TrainModel {
   std::string describe() const override {
     return cat("gpt ", preset_, " (", shape_.layers, " layers, hidden ", shape_.hidden, ", ",
                shape_.heads, " heads, seq ", shape_.seq_len, ", vocab ", shape_.vocab, ", ",
-               name_of(trainer_.compute()), " compute) on ", sampler_.file().path(), " (",
+               name_of(trainer_.compute()), " compute", shape_.recompute ? ", recompute" : "",
+               ") on ", sampler_.file().path(), " (",
                sampler_.file().size(), " tokens)");
   }
   std::string kind() const override { return "gpt"; }
@@ -68,7 +69,9 @@ class GptModel final : public TrainModel {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return trainer_.micro_batch(engine, inputs_, targets_);
   }
-  TrainerTimes times() const override { return {data_seconds_, trainer_.compute_seconds()}; }
+  TrainerTimes times() const override {
+    return {data_seconds_, trainer_.compute_seconds(), trainer_.recompute_seconds()};
+  }
   std::int64_t tokens_per_sample() const override { return shape_.seq_len; }
   double flops_per_token() const override { return models::gpt_flops_per_token(shape_); }
 

@@ -16,9 +16,9 @@
 namespace zero::cli {
 
 // Seconds the trainer spent since construction making its inputs (data) and in its own math
-// outside engine calls (compute).
+// outside engine calls (compute), and of compute, running forward again in backward (recompute).
 struct TrainerTimes {
-  double data_seconds = 0, compute_seconds = 0;
+  double data_seconds = 0, compute_seconds = 0, recompute_seconds = 0;
 };
 
 class TrainModel {

@@ -106,13 +106,15 @@ double StepClock::step_done(std::int64_t s, double loss, double grad_norm) {
                     now.trainer.compute_seconds - last_.trainer.compute_seconds,
                     now.engine.wait_seconds - last_.engine.wait_seconds,
                     now.engine.optimizer_seconds - last_.engine.optimizer_seconds,
-                    now.trainer.data_seconds - last_.trainer.data_seconds};
+                    now.trainer.data_seconds - last_.trainer.data_seconds,
+                    0,
+                    now.trainer.recompute_seconds - last_.trainer.recompute_seconds};
   last_ = now;
   ++done_;
   if (s == 0) after_first_ = engine_.comm_accounting(), first_ = d;
   if (s > 0) {
     sum_.total += d.total, sum_.compute += d.compute, sum_.wait += d.wait;
-    sum_.optimizer += d.optimizer, sum_.data += d.data;
+    sum_.optimizer += d.optimizer, sum_.data += d.data, sum_.recompute += d.recompute;
   }
   if (history_) {
     StepSplit mine = d;
@@ -129,10 +131,11 @@ Throughput StepClock::result(std::int64_t global_batch, std::int64_t tokens_per_
   const double n = static_cast<double>(t.measured_steps);
   const StepSplit& sum = done_ > 1 ? sum_ : first_;  // one step: the first is all there is
   StepSplit& m = t.step;
-  m = {sum.total / n, sum.compute / n, sum.wait / n, sum.optimizer / n, sum.data / n, 0};
+  m = {sum.total / n, sum.compute / n, sum.wait / n, sum.optimizer / n, sum.data / n, 0, 0};
   // The parts are read inside the total, so the rest is >= 0 but for clock rounding.
   m.other = m.total - (m.compute + m.wait + m.optimizer + m.data);
   if (m.other < 0) m.compute += m.other, m.other = 0;
+  m.recompute = std::min(sum.recompute / n, m.compute);
   t.samples_per_second = m.total > 0 ? static_cast<double>(global_batch) / m.total : 0;
   if (tokens_per_sample > 1)
     t.tokens_per_second = t.samples_per_second * static_cast<double>(tokens_per_sample);
@@ -241,6 +244,10 @@ void print_throughput(const Throughput& t, std::string (*human_bytes)(double)) {
   std::printf(
       "\n  (wait: issuing collectives and blocked on what overlap did not hide; optimizer: "
       "step() and zeroing gradients; other: the rest)\n");
+  if (s.recompute > 0)
+    std::printf("  of compute, recomputation (the blocks' forward again in backward): %.2f ms "
+                "(%.1f%% of compute)\n",
+                1e3 * s.recompute, s.compute > 0 ? 100.0 * s.recompute / s.compute : 0.0);
   std::printf("collectives per step (rank 0)  %8s %12s %12s %12s\n", "calls", "payload", "wire",
               "in flight");
   const double n = static_cast<double>(t.measured_steps);
@@ -266,7 +273,9 @@ void add_throughput_json(boost::json::object& j, const Throughput& t) {
     j["mfu"] = t.mfu();
   }
   j["step_time"] = {{"total", s.total},         {"compute", s.compute}, {"wait", s.wait},
-                    {"optimizer", s.optimizer}, {"data", s.data},       {"other", s.other}};
+                    {"optimizer", s.optimizer}, {"data", s.data},       {"other", s.other},
+                    {"recompute", s.recompute}};
+  j["recompute_share_of_compute"] = s.compute > 0 ? s.recompute / s.compute : 0.0;
   boost::json::object ops;
   for (std::size_t i = 0; i < comm::kOpCount; ++i) {
     const comm::OpStats& o = t.collectives.ops[i];

@@ -18,9 +18,11 @@ namespace zero::cli {
 // Where one step's wall time went on this rank: the trainer's math (compute), making samples
 // (data), communication (wait: EngineStats::wait_seconds; the loss rides with step()'s own
 // all-gather), the engine's optimizer time outside its waits, and the rest (other: engine
-// bookkeeping, loop overhead), so that the five parts add up to the total exactly.
+// bookkeeping, loop overhead), so that the five parts add up to the total exactly. recompute:
+// the part of compute that ran the GPT's blocks forward again in backward (--recompute).
 struct StepSplit {
   double total = 0, compute = 0, wait = 0, optimizer = 0, data = 0, other = 0;
+  double recompute = 0;
 };
 
 struct StepRecord {

@@ -87,6 +87,7 @@ void add_train_options(boost::program_options::options_description& opts, Flags&
        "the GPT's token file: an llm.c shard (.bin, header 20240520) or nanoGPT's train.bin");
   // Defined with `zero plan`'s (cli/run_flags.hpp): the same flags plan the same run.
   add_compute_option(opts, f.compute);
+  add_recompute_option(opts);
   add_device_option(opts, f.device);
   opts.add_options()
       ("ranks,n", po::value(&f.ranks), "ranks (outside an MPI job: relaunch under mpirun)")
@@ -140,7 +141,7 @@ void check_model_flags(const Flags& f, const boost::program_options::variables_m
       if (!vm[mlp_only].defaulted())
         throw Error(cat("--", mlp_only, " shapes the MLP; the GPT's shape comes from --preset"));
   } else {
-    for (const char* gpt_only : {"data", "compute"})
+    for (const char* gpt_only : {"data", "compute", "recompute"})
       if (vm.count(gpt_only)) throw Error(cat("--", gpt_only, " is for --model gpt"));
     if (!vm["preset"].defaulted()) throw Error("--preset is for --model gpt");
   }
@@ -292,7 +293,14 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   // win over them (as over the file), as in `zero plan`.
   fill_auto_from_model(config, run.gpt ? run.gpt_shape.hidden : std::int64_t{f.width});
   config = apply_settings_flags(vm, f.settings, config);
-  if (run.gpt) run.compute = resolve_compute(vm, f.compute, config.precision);
+  if (run.gpt) {
+    run.compute = resolve_compute(vm, f.compute, config.precision);
+    run.gpt_shape.recompute = vm.count("recompute") > 0 || config.activation_checkpointing;
+  } else if (config.activation_checkpointing) {
+    config.warnings.push_back(
+        "activation_checkpointing has no effect on the MLP, which keeps every activation; it "
+        "turns on the GPT's recomputation (--model gpt)");
+  }
   run.shape.layers = f.layers;
   run.shape.width = f.width;
   run.shape.seed = vm.count("seed") ? parse_seed(f.seed)

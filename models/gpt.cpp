@@ -10,6 +10,7 @@
 #include <numbers>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "kernels/cpu/gpt_ops.hpp"
 #include "models/common.hpp"
@@ -28,7 +29,6 @@ void check_gpt_shape(const GptShape& s) {
     throw Error(
         "the GPT trainer implements GPT-2's tied output head; an untied head is not "
         "implemented (set tied_embeddings)");
-  if (s.recompute) throw Error("the GPT trainer does not implement activation recomputation");
   const std::int64_t f = s.ffn_hidden > 0 ? s.ffn_hidden : 4 * std::int64_t{s.hidden};
   const std::int64_t n = std::int64_t{s.micro_batch} * s.seq_len;
   if (s.vocab > INT_MAX || f > INT_MAX || n > INT_MAX || 3 * std::int64_t{s.hidden} > INT_MAX)
@@ -148,6 +148,9 @@ class HostOps {
     loss_ = ops::crossentropy_forward_backward(logits, tg, n, v, grad_scale);
   }
   double take_loss() { return loss_; }
+  void recompute_begin() { recompute_start_ = Clock::now(); }
+  void recompute_end() { recompute_seconds_ += since(recompute_start_); }
+  double take_recompute_seconds() { return std::exchange(recompute_seconds_, 0.0); }
   void check() const {
     if (scratch_.floats.size() != floats_ || scratch_.halves.size() != halves_)
       throw std::logic_error("GPT trainer: an op grew its scratch past the planned size");
@@ -216,6 +219,8 @@ class HostOps {
   ops::Scratch scratch_;
   std::size_t floats_ = 0, halves_ = 0;
   double loss_ = 0;
+  Clock::time_point recompute_start_;
+  double recompute_seconds_ = 0;
 };
 
 }  // namespace
@@ -277,6 +282,9 @@ void GptTrainer::set_grad_hook(std::function<void(int, std::span<const float>)> 
 
 double GptTrainer::compute_seconds() const {
   return impl_->compute_seconds;
+}
+double GptTrainer::recompute_seconds() const {
+  return impl_->recompute_seconds;
 }
 const GptShape& GptTrainer::shape() const {
   return impl_->shape;

@@ -29,8 +29,9 @@ namespace zero::models {
 enum class GptCompute { fp32, bf16 };
 std::string_view name_of(GptCompute compute);
 
-// Checks that models/gpt implements this shape (tied head, no recomputation, heads dividing the
-// hidden size, sizes that fit its int indexing); throws zero::Error naming what does not.
+// Checks that models/gpt implements this shape (tied head, heads dividing the hidden size, sizes
+// that fit its int indexing); throws zero::Error naming what does not. shape.recompute: each
+// block keeps only its input and backward runs its forward again (gpt_model.hpp).
 void check_gpt_shape(const GptShape& shape);
 
 // Initial value of param p (GPT-2's: weights N(0, 0.02), the residual projections
@@ -71,6 +72,8 @@ class GptTrainer {
   // Wall time, seconds, in micro_batch since construction outside engine calls (the model's
   // math: GEMMs, LayerNorm, attention, the loss, the casts to and from the engine's dtype).
   double compute_seconds() const;
+  // Of compute_seconds: the blocks' forward run again in backward (0 without shape.recompute).
+  double recompute_seconds() const;
   const GptShape& shape() const;
   GptCompute compute() const;
   // Bytes of the buffers it holds (what it records in the ledger).

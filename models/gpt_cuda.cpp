@@ -5,6 +5,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/device.hpp"
@@ -127,6 +129,22 @@ class DeviceOps {
     return loss;
   }
   void check() const {}
+  // A pair of timing events around each block's recomputation, read once take_loss has waited
+  // for the micro-batch's work (no host wait between blocks).
+  void recompute_begin() {
+    if (marks_ == timers_.size()) timers_.emplace_back(cu::Event(true), cu::Event(true));
+    timers_[marks_].first.record(stream_);
+  }
+  void recompute_end() { timers_[marks_++].second.record(stream_); }
+  double take_recompute_seconds() {
+    double ms = 0;
+    for (std::size_t i = 0; i < marks_; ++i) {
+      timers_[i].second.synchronize();
+      ms += timers_[i].second.elapsed_ms(timers_[i].first);
+    }
+    marks_ = 0;
+    return ms / 1e3;
+  }
 
   template <class T>
   void embedding_forward(T* out, const std::int32_t* tok, const T* wte, const T* wpe, int n,
@@ -192,6 +210,8 @@ class DeviceOps {
   cu::DeviceBuffer scratch_, tokens_, loss_;
   dops::Workspace ws_;
   cu::StreamRef stream_{};
+  std::vector<std::pair<cu::Event, cu::Event>> timers_;
+  std::size_t marks_ = 0;
 };
 
 }  // namespace

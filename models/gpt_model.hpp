@@ -7,8 +7,15 @@
 // memory (comm::Memory), zero(p, n), widen(view, out) and narrow(in, view) between engine
 // views and fp32, tokens(inputs, targets) (the micro-batch's ids where its ops read them),
 // crossentropy(...) and take_loss() (the loss sum, read when the micro-batch ends), check() (a
-// cheap end-of-micro-batch consistency check), scratch_bytes(), and every op of
-// kernels/cpu/gpt_ops.hpp with the same arguments but the CPU's Scratch.
+// cheap end-of-micro-batch consistency check), scratch_bytes(), recompute_begin() and
+// recompute_end() around each block's recomputation and take_recompute_seconds() (their time,
+// read after take_loss), and every op of kernels/cpu/gpt_ops.hpp with the same arguments but
+// the CPU's Scratch.
+//
+// With shape.recompute, each block keeps only its input (the previous block's output); its
+// inner activations live in one set of buffers that backward refills by running the block's
+// forward again from that input, with the same ops in the same order on the same gathered
+// parameters, so the gradients, and the weights, are bitwise those of the run without it.
 #pragma once
 
 #include <algorithm>
@@ -26,6 +33,7 @@ struct GptTrainer::Impl {
   GptShape shape;
   GptCompute compute;
   double compute_seconds = 0;
+  double recompute_seconds = 0;  // of compute_seconds: the blocks' forward run again in backward
   const Ledger* recorded_in = nullptr;
   std::function<void(int, std::span<const float>)> grad_hook;
   Impl(const GptShape& s, GptCompute c) : shape(s), compute(c) {}
@@ -59,9 +67,11 @@ class GptModel final : public GptTrainer::Impl {
     lnf_mean = ops.template make<float>(n);
     lnf_rstd = ops.template make<float>(n);
     logits = ops.template make<float>(n * static_cast<std::size_t>(V));
-    layers.resize(static_cast<std::size_t>(L));
+    layers.resize(s.recompute ? 1 : static_cast<std::size_t>(L));
+    outs.resize(static_cast<std::size_t>(L));
+    for (Buf<T>& o : outs) o = ops.template make<T>(n * c1);
     for (Layer& l : layers) {
-      for (auto* v : {&l.ln1, &l.atty, &l.res2, &l.ln2, &l.res3}) *v = ops.template make<T>(n * c1);
+      for (auto* v : {&l.ln1, &l.atty, &l.res2, &l.ln2}) *v = ops.template make<T>(n * c1);
       l.qkv = ops.template make<T>(3 * n * c1);
       l.fch = ops.template make<T>(n * f1);
       l.fchg = ops.template make<T>(n * f1);
@@ -87,8 +97,9 @@ class GptModel final : public GptTrainer::Impl {
                      ops.scratch_bytes();
     for (const Layer& l : layers)
       b += l.ln1.bytes() + l.qkv.bytes() + l.atty.bytes() + l.res2.bytes() + l.ln2.bytes() +
-           l.fch.bytes() + l.fchg.bytes() + l.res3.bytes() + l.ln1_mean.bytes() +
-           l.ln1_rstd.bytes() + l.ln2_mean.bytes() + l.ln2_rstd.bytes() + l.att.bytes();
+           l.fch.bytes() + l.fchg.bytes() + l.ln1_mean.bytes() + l.ln1_rstd.bytes() +
+           l.ln2_mean.bytes() + l.ln2_rstd.bytes() + l.att.bytes();
+    for (const Buf<T>& o : outs) b += o.bytes();
     return b;
   }
   comm::Memory memory() const override { return Ops::memory; }
@@ -109,23 +120,13 @@ class GptModel final : public GptTrainer::Impl {
     call([&] { e.release(0); });
     const T* x = encoded.data();
     for (int l = 0; l < L; ++l) {
-      Layer& a = layers[static_cast<std::size_t>(l)];
       call([&] { e.gather(1 + l); });
-      Unit p = load(1 + l);
-      ops.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.f[0], p.f[1],
-                            n, C);
-      ops.matmul_forward(a.qkv.data(), a.ln1.data(), p.t[2], p.f[3], n, C, 3 * C);
-      ops.attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, S, C, H);
-      ops.matmul_forward(proj.data(), a.atty.data(), p.t[4], p.f[5], n, C, C);
-      ops.residual_forward(a.res2.data(), x, proj.data(), nc);
-      ops.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(),
-                            p.f[6], p.f[7], n, C);
-      ops.matmul_forward(a.fch.data(), a.ln2.data(), p.t[8], p.f[9], n, C, F);
-      ops.gelu_forward(a.fchg.data(), a.fch.data(), N * F);
-      ops.matmul_forward(proj.data(), a.fchg.data(), p.t[10], p.f[11], n, F, C);
-      ops.residual_forward(a.res3.data(), a.res2.data(), proj.data(), nc);
+      const Unit p = load(1 + l);
+      block_forward(inner(l), x, p);
+      ops.matmul_forward(proj.data(), inner(l).fchg.data(), p.t[10], p.f[11], n, F, C);
+      ops.residual_forward(out(l), inner(l).res2.data(), proj.data(), nc);
       call([&] { e.release(1 + l); });
-      x = a.res3.data();
+      x = out(l);
     }
     call([&] { e.gather(fin); });
     Unit pf = load(fin);
@@ -155,28 +156,17 @@ class GptModel final : public GptTrainer::Impl {
       e.reduce_grads(fin);
     });
     for (int l = L - 1; l >= 0; --l) {
-      Layer& a = layers[static_cast<std::size_t>(l)];
-      const T* xin = l == 0 ? encoded.data() : layers[static_cast<std::size_t>(l) - 1].res3.data();
+      const T* xin = l == 0 ? encoded.data() : out(l - 1);
       call([&] { e.gather(1 + l); });
-      Unit p = load(1 + l);
-      ops.zero(grads_unit.data(), grads_unit.size());
-      float* g[12];
-      grad_slots(1 + l, grads_unit.data(), g);
-      // res3 = res2 + mlp.proj(gelu(mlp.fc(ln2(res2))))
-      ops.matmul_backward(dF.data(), false, g[10], g[11], dres.data(), a.fchg.data(), p.t[10], n, F,
-                          C);
-      ops.gelu_backward(dF.data(), a.fch.data(), dF.data(), N * F);
-      ops.matmul_backward(dln.data(), false, g[8], g[9], dF.data(), a.ln2.data(), p.t[8], n, C, F);
-      ops.layernorm_backward(dres.data(), g[6], g[7], dln.data(), a.res2.data(), p.f[6],
-                             a.ln2_mean.data(), a.ln2_rstd.data(), n, C);
-      // res2 = xin + attn.proj(attention(attn.qkv(ln1(xin))))
-      ops.matmul_backward(dln.data(), false, g[4], g[5], dres.data(), a.atty.data(), p.t[4], n, C,
-                          C);
-      ops.attention_backward(dqkv.data(), dln.data(), a.qkv.data(), a.att.data(), B, S, C, H);
-      ops.matmul_backward(dln.data(), false, g[2], g[3], dqkv.data(), a.ln1.data(), p.t[2], n, C,
-                          3 * C);
-      ops.layernorm_backward(dres.data(), g[0], g[1], dln.data(), xin, p.f[0], a.ln1_mean.data(),
-                             a.ln1_rstd.data(), n, C);
+      const Unit p = load(1 + l);
+      // The block's inner activations again, from its kept input; the last block's are still
+      // in the shared set from forward.
+      if (shape.recompute && l != L - 1) {
+        ops.recompute_begin();
+        block_forward(inner(l), xin, p);
+        ops.recompute_end();
+      }
+      block_backward(1 + l, inner(l), xin, p);
       store_grads(1 + l, grads_unit.data());
       call([&] {
         e.release(1 + l);
@@ -193,14 +183,18 @@ class GptModel final : public GptTrainer::Impl {
       e.reduce_grads(0);
     });
     ops.check();
-    return ops.take_loss() / static_cast<double>(N);
+    const double loss = ops.take_loss() / static_cast<double>(N);
+    recompute_seconds += ops.take_recompute_seconds();
+    return loss;
   }
 
  private:
   static constexpr bool half = std::is_same_v<T, bf16>;
 
+  // A block's inner activations, kept for its backward: one per block, or (recomputation) one
+  // set that every block's forward fills in turn.
   struct Layer {
-    Buf<T> ln1, qkv, atty, res2, ln2, fch, fchg, res3;
+    Buf<T> ln1, qkv, atty, res2, ln2, fch, fchg;
     Buf<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd, att;
   };
   // A gathered unit's tensors: t[i] as a GEMM operand (type T), f[i] as fp32 (the 1-D tensors
@@ -209,6 +203,49 @@ class GptModel final : public GptTrainer::Impl {
     const T* t[12] = {};
     const float* f[12] = {};
   };
+
+  Layer& inner(int l) { return layers[shape.recompute ? 0 : static_cast<std::size_t>(l)]; }
+  T* out(int l) { return outs[static_cast<std::size_t>(l)].data(); }
+
+  // A block's forward from its input x up to the MLP's GELU: every activation its backward
+  // reads (the MLP's projection and the residual after it, which backward does not read,
+  // follow in micro_batch).
+  void block_forward(Layer& a, const T* x, const Unit& p) {
+    const int n = static_cast<int>(N);
+    ops.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p.f[0], p.f[1],
+                          n, C);
+    ops.matmul_forward(a.qkv.data(), a.ln1.data(), p.t[2], p.f[3], n, C, 3 * C);
+    ops.attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, S, C, H);
+    ops.matmul_forward(proj.data(), a.atty.data(), p.t[4], p.f[5], n, C, C);
+    ops.residual_forward(a.res2.data(), x, proj.data(), N * C);
+    ops.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(),
+                          p.f[6], p.f[7], n, C);
+    ops.matmul_forward(a.fch.data(), a.ln2.data(), p.t[8], p.f[9], n, C, F);
+    ops.gelu_forward(a.fchg.data(), a.fch.data(), N * F);
+  }
+
+  // Unit u's (a block's) backward: its gradients into grads_unit, dres carried through.
+  void block_backward(int u, Layer& a, const T* xin, const Unit& p) {
+    const int n = static_cast<int>(N);
+    ops.zero(grads_unit.data(), grads_unit.size());
+    float* g[12];
+    grad_slots(u, grads_unit.data(), g);
+    // out = res2 + mlp.proj(gelu(mlp.fc(ln2(res2))))
+    ops.matmul_backward(dF.data(), false, g[10], g[11], dres.data(), a.fchg.data(), p.t[10], n, F,
+                        C);
+    ops.gelu_backward(dF.data(), a.fch.data(), dF.data(), N * F);
+    ops.matmul_backward(dln.data(), false, g[8], g[9], dF.data(), a.ln2.data(), p.t[8], n, C, F);
+    ops.layernorm_backward(dres.data(), g[6], g[7], dln.data(), a.res2.data(), p.f[6],
+                           a.ln2_mean.data(), a.ln2_rstd.data(), n, C);
+    // res2 = xin + attn.proj(attention(attn.qkv(ln1(xin))))
+    ops.matmul_backward(dln.data(), false, g[4], g[5], dres.data(), a.atty.data(), p.t[4], n, C,
+                        C);
+    ops.attention_backward(dqkv.data(), dln.data(), a.qkv.data(), a.att.data(), B, S, C, H);
+    ops.matmul_backward(dln.data(), false, g[2], g[3], dqkv.data(), a.ln1.data(), p.t[2], n, C,
+                        3 * C);
+    ops.layernorm_backward(dres.data(), g[0], g[1], dln.data(), xin, p.f[0], a.ln1_mean.data(),
+                           a.ln1_rstd.data(), n, C);
+  }
 
   template <class F>
   void call(F&& f) {
@@ -280,6 +317,7 @@ class GptModel final : public GptTrainer::Impl {
   Buf<T> encoded, proj, lnf;
   Buf<float> lnf_mean, lnf_rstd, logits;
   std::vector<Layer> layers;
+  std::vector<Buf<T>> outs;  // each block's output: the next block's (or ln_f's) input
   Buf<float> dres, dln, dqkv, dF;
   Buf<float> widened, grads_embed, grads_unit;
   Engine* engine = nullptr;

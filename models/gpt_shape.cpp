@@ -143,13 +143,17 @@ std::int64_t gpt_trainer_activation_bytes(const GptShape& s, DType compute) {
           L = s.layers, H = s.heads, F = s.ffn_hidden > 0 ? s.ffn_hidden : 4 * I{s.hidden};
   const bool half = compute == DType::bf16;
   const I act = half ? 2 : 4;  // bytes of a kept activation
-  // Kept for backward, in the compute dtype: the embedding output, per block ln1, qkv, the
-  // attention output, the residual after attention, ln2, the fc output and its GELU, the block
-  // output; ln_f; and one projection output reused by every layer before its residual add.
-  const I kept = act * N * (C + L * (8 * C + 2 * F) + 2 * C);
-  // fp32: per block two LayerNorms' mean and rstd and the attention probabilities
+  // Blocks whose inner activations are kept: every block, or with recomputation one set that
+  // each block's forward fills in turn (in forward, and again in its backward).
+  const I inner = s.recompute ? 1 : L;
+  // Kept for backward, in the compute dtype: the embedding output and each block's output (the
+  // next block's input); per kept block ln1, qkv, the attention output, the residual after
+  // attention, ln2, the fc output and its GELU; ln_f; and one projection output reused by every
+  // layer before its residual add.
+  const I kept = act * N * (C + L * C + inner * (7 * C + 2 * F) + 2 * C);
+  // fp32: per kept block two LayerNorms' mean and rstd and the attention probabilities
   // [B, heads, T, T]; ln_f's statistics; the logits [N, V] (overwritten by their gradient).
-  const I stats = 4 * (L * (4 * N + I{s.micro_batch} * H * T * T) + 2 * N + N * V);
+  const I stats = 4 * (inner * (4 * N + I{s.micro_batch} * H * T * T) + 2 * N + N * V);
   // Backward, fp32: the residual stream's gradient, an LN output's gradient, d(qkv), d(fc).
   const I backward = 4 * N * (5 * C + F);
   // One unit's parameters widened to fp32 (fp32 mode: every tensor of the largest unit; bf16

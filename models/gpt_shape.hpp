@@ -46,8 +46,9 @@ std::int64_t gpt_activation_bytes(const GptShape& shape, DType work_dtype);
 // exactly: every activation it keeps for backward (compute_dtype: bf16 or fp32), its fp32
 // LayerNorm statistics, attention probabilities and logits, its backward buffers, the widened
 // parameters and gradients of one unit (and the tied embedding's gradient, kept across the
-// backward) and its op scratch. Term by term in docs/memory.md; the trainer checks that its
-// buffers add up to this. Less than gpt_activation_bytes's estimate for the same shape is
+// backward) and its op scratch; with shape.recompute, each block's input and one block's inner
+// activations instead of every block's. Term by term in docs/memory.md; the trainer checks
+// that its buffers add up to this. Less than gpt_activation_bytes's estimate for the same shape is
 // expected: no dropout masks, one buffer per tensor, attention's probabilities only.
 std::int64_t gpt_trainer_activation_bytes(const GptShape& shape, DType compute_dtype);
 

@@ -133,6 +133,10 @@ struct Config {
   // train_batch_size's is train_batch_size.has_value()). Not part of the value.
   bool micro_batch_given = false;
   bool accumulation_given = false;
+  // DeepSpeed's activation_checkpointing section was given: the GPT trainer recomputes each
+  // block in backward (as `--recompute`; zero/config_activations.hpp). A model setting, not the
+  // engine's: not part of the value.
+  bool activation_checkpointing = false;
   // Keys whose value was "auto" (Hugging Face Trainer placeholders), as dotted paths in the order
   // parse_config reads them; they hold zero's defaults until the caller fills them (when a batch
   // key is "auto" it counts as not given). Not part of the value.

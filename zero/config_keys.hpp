@@ -19,7 +19,6 @@ inline constexpr Inert kTopLevelInert[] = {
     {"aio", {}, "*"},
     {"zero_allow_untested_optimizer", {}, "*"},
     {"zero_force_ds_cpu_optimizer", {}, "*"},
-    {"activation_checkpointing"},
     {"sparse_attention"},
     {"data_efficiency"},
     {"curriculum_learning"},

@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "zero/config.hpp"
+#include "zero/config_activations.hpp"
 #include "zero/config_keys.hpp"
 #include "base/error.hpp"
 #include "zero/json_reader.hpp"
@@ -388,7 +389,8 @@ Config parse_config(std::string_view json_text, std::string_view source_name) {
                                        "steps_per_print",
                                        "comm_timeout",
                                        "max_consecutive_skipped_steps",
-                                       "zero_optimization"};
+                                       "zero_optimization",
+                                       "activation_checkpointing"};
   // DeepSpeed reads the top level with dict.get: other keys are ignored (with a warning here).
   const ObjectReader top(root, "", ours, detail::kTopLevelInert, log, Unknown::ignore);
   c.micro_batch_given =
@@ -412,6 +414,7 @@ Config parse_config(std::string_view json_text, std::string_view source_name) {
   read_scheduler(top, c.scheduler);
   read_precision(top, c);
   read_zero(top, c.zero);
+  detail::read_activation_checkpointing(top, c);
 
   if (!log.lacking.empty())
     throw Error(cat("this configuration needs what zero does not have: ", joined(log.lacking),

@@ -332,8 +332,13 @@ check("a GPT's plan says its activations are zero's trainer's, and its batch",
       g is not None and g[0]["activations_from"] == "zero's GPT trainer (bf16 compute)" and
       (g[0]["global_batch"], g[0]["micro_batch"], g[0]["accumulation"]) == (16, 4, 1), g and g[0])
 g = plans("--preset", "gpt-nano", "-n", "4", "--stage", "0", "--recompute")
-check("with --recompute the plan says the activations are Korthikanti et al.'s formula",
-      g is not None and g[0]["activations_from"].startswith("Korthikanti"), g and g[0])
+check("with --recompute the plan's activations are still zero's trainer's (recomputing)",
+      g is not None and g[0]["activations_from"] == "zero's GPT trainer (bf16 compute, recompute)",
+      g and g[0])
+g = plans("--preset", "gpt-nano", "-n", "4", "--stage", "0", "--activations", "megatron")
+check("--activations megatron plans a Megatron-style trainer: Korthikanti et al.'s formula",
+      g is not None and "Megatron-style" in g[0]["activations_from"] and
+      "Korthikanti" in g[0]["activations_from"], g and g[0])
 m = plans("--model", "mlp", "-n", "2", "--stage", "2")
 check("--model mlp plans zero train's MLP (4 layers of width 512, 64 samples)",
       m is not None and m[0]["units"] == 4 and m[0]["params"] == 4 * (512 * 512 + 512) and

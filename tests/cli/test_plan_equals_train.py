@@ -39,6 +39,12 @@ GRID += ([(NANO, 4, s, [*EMULATED, "--micro-batch", "14"[s % 2]]) for s in range
          [(MICRO, 2, s, [*EMULATED, "--micro-batch", "41"[s % 2]]) for s in range(4)] +
          [(NANO, 1, 2, [*EMULATED, "--micro-batch", "4"]),
           (MICRO, 3, 3, [*EMULATED, "--micro-batch", "1"])])
+# With recomputation (each block keeps only its input): every stage at 4 ranks (nano) and at 1-3
+# ranks (micro), micro-batch 1 and 4.
+RECOMPUTE = [*CPU, "--recompute"]
+GRID += ([(NANO, 4, s, [*RECOMPUTE, "--micro-batch", "14"[s % 2]]) for s in range(4)] +
+         [(MICRO, 1 + s % 3, s, [*RECOMPUTE, "--micro-batch", "41"[s % 2]]) for s in range(4)] +
+         [(NANO, 2, 3, [*EMULATED, "--recompute", "--micro-batch", "4"])])
 
 
 def zero(*args, timeout=300):

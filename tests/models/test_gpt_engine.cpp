@@ -1,6 +1,7 @@
 // The GPT trainer through the engine, under mpirun at 1 to 4 ranks: stages 0-3 give bitwise the
 // same weights (bf16 and fp32 compute, with gradient accumulation), the planner's bytes equal the
-// engine's ledger at every stage (the trainer's activations included), and the loss falls.
+// engine's ledger at every stage (the trainer's activations included), recomputation changes no
+// bit of the weights, and the loss falls.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -47,6 +48,7 @@ struct Run {
   int steps = 3;
   bool overlap = false;
   std::int64_t bucket = 0;  // reduce and all-gather bucket size, elements (0: default)
+  bool recompute = false;   // GptShape::recompute
 };
 
 struct Result {
@@ -62,7 +64,8 @@ Result train(comm::Communicator& parent, const Run& r) {
   const int n = world.size();
   const std::int64_t micro = r.global_batch / (n * r.accumulation);
   REQUIRE(micro * n * r.accumulation == r.global_batch);
-  const GptShape shape = tiny(static_cast<int>(micro));
+  GptShape shape = tiny(static_cast<int>(micro));
+  shape.recompute = r.recompute;
   Config c;
   c.zero.stage = r.stage;
   c.precision = r.precision;
@@ -144,6 +147,25 @@ TEST_CASE("GPT: the plan equals the engine's ledger at every stage") {
         CHECK(got.plan.device.model_states() == m.model_states());
         CHECK(got.plan.device.buffers == m.buffers);
         CHECK(got.plan.peak_total == m.peak_total);
+      }
+}
+
+TEST_CASE("GPT: recomputation gives bitwise the weights without it, its fewer bytes as planned") {
+  auto world = comm::make_mpi_communicator();
+  for (auto compute : {GptCompute::bf16, GptCompute::fp32})
+    for (int stage = 0; stage <= 3; ++stage)
+      for (std::int64_t accum : {1, 2}) {
+        Run r{compute == GptCompute::bf16 ? Precision::bf16 : Precision::fp32, compute, stage,
+              accum};
+        const Result base = train(*world, r);
+        r.recompute = true;
+        const Result got = train(*world, r);
+        INFO("stage " << stage << ", " << name_of(compute) << " compute, accumulation " << accum);
+        CHECK(got.checksum == base.checksum);
+        CHECK(got.losses == base.losses);
+        CHECK(got.memory.activations < base.memory.activations);
+        CHECK(got.plan.device.activations == got.memory.activations);
+        CHECK(got.plan.peak_total == got.memory.peak_total);
       }
 }
 
