@@ -5,6 +5,7 @@
 #include <iostream>
 #include <limits>
 
+#include "cli/compress_flags.hpp"
 #include "cli/fill_auto.hpp"
 #include "cli/options.hpp"
 #include "cli/plan_plot.hpp"
@@ -135,6 +136,7 @@ void add_plan_options(po::options_description& opts, PlanFlags& f) {
       ("help,h", "show this help");
   // clang-format on
   opts.add(model).add(batch).add(run).add(times).add(out);
+  add_compress_options(opts);
 }
 
 void print_help(const po::options_description& opts) {
@@ -210,6 +212,7 @@ Config with_flags(const po::variables_map& vm, const PlanFlags& f, Config c) {
   if (vm.count("persistence-threshold"))
     c.zero.stage3_param_persistence_threshold =
         count_flag("--persistence-threshold", f.persistence, 0);
+  apply_compress_flags(vm, c);
   return c;
 }
 

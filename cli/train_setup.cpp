@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli/ckpt_io.hpp"
+#include "cli/compress_flags.hpp"
 #include "cli/fill_auto.hpp"
 #include "cli/launch.hpp"
 #include "cli/options.hpp"
@@ -139,6 +140,7 @@ void add_train_options(boost::program_options::options_description& opts, Flags&
        "continue from a checkpoint (a step_* folder, or a --save folder: its newest complete one), "
        "at any rank count and stage; --steps counts from the run's start");
   // clang-format on
+  add_compress_options(opts);
 }
 
 namespace {
@@ -318,6 +320,7 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   if (vm.count("shard-size")) config.zero.mics_shard_size = f.shard_size;
   if (vm.count("hpz")) config.zero.zero_hpz_partition_size = f.hpz;
   if (vm.count("timeout")) config.comm_timeout_seconds = f.timeout;
+  apply_compress_flags(vm, config);
   // Batch sizes: a flag sets its key as if the config had given it (DeepSpeed's rule then
   // derives the rest); with none given anywhere, the model's default global batch.
   apply_batch_flags(vm, f.global_batch, f.micro_batch, f.accum, config);

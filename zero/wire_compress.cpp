@@ -76,12 +76,16 @@ class SegmentEncoding : public WireEncoding {
     void* mine = bufs[0].data();
     void* all = bufs[1].data();
     auto* sum = static_cast<float*>(bufs[2].data());
+    // The encoder's own scratch, held while it encodes (counted when only counting, too).
+    Allocation work = work_bytes(n) > 0 ? ctx_.bucket_buffer(work_bytes(n), true) : Allocation();
     if (!ctx_.options.count_only) {
       for (int r = 0; r < G; ++r) {
         const void* seg = static_cast<const std::byte*>(in.data) + bytes(r * n, in.dtype);
-        encode(seg, in.dtype, n, r, at, {sum, static_cast<std::size_t>(n)}, raw(mine, r * P, P));
+        encode(seg, in.dtype, n, r, at, {sum, static_cast<std::size_t>(n)}, work.data(),
+               raw(mine, r * P, P));
       }
     }
+    ctx_.spares.keep(std::move(work));
     comm::Handle h = group.all_gather_async(comm::ConstView(u8_view(mine, G * P, ctx_.mem())),
                                             u8_view(all, G * G * P, ctx_.mem()));
     auto decode = [this, all, sum, out, n, P, G, me] {
@@ -97,10 +101,11 @@ class SegmentEncoding : public WireEncoding {
 
  protected:
   virtual std::int64_t payload_bytes(std::int64_t n) const = 0;
+  virtual std::int64_t work_bytes(std::int64_t) const { return 0; }
   // Encodes segment r (n values of dtype wd at `seg`; the run starts at shard offset `at`) into
-  // `payload`, with `scratch` (n floats) to work in.
+  // `payload`, with `scratch` (n floats) and `work` (work_bytes(n)) to work in.
   virtual void encode(const void* seg, DType wd, std::int64_t n, int r, std::int64_t at,
-                      std::span<float> scratch, std::span<std::byte> payload) = 0;
+                      std::span<float> scratch, void* work, std::span<std::byte> payload) = 0;
   // sum[i] += the payload's value i.
   virtual void add(std::span<const std::byte> payload, std::span<float> sum) = 0;
   EngineContext& ctx_;
@@ -117,7 +122,7 @@ class BlockEncoding final : public SegmentEncoding {
     return quant_payload_bytes(n, block_, bits_);
   }
   void encode(const void* seg, DType wd, std::int64_t n, int, std::int64_t,
-              std::span<float> scratch, std::span<std::byte> payload) override {
+              std::span<float> scratch, void*, std::span<std::byte> payload) override {
     ctx_.backend->load_to_f32(scratch.data(), seg, wd, n);
     kernels::cpu::quantize_blocks(scratch, block_, bits_, payload);
   }
@@ -150,8 +155,9 @@ class TopKEncoding final : public SegmentEncoding {
   std::int64_t payload_bytes(std::int64_t n) const override {
     return kernels::cpu::topk_payload_bytes(kernels::cpu::topk_count(n, ratio_));
   }
+  std::int64_t work_bytes(std::int64_t n) const override { return 4 * n; }  // the indices
   void encode(const void* seg, DType wd, std::int64_t n, int r, std::int64_t at,
-              std::span<float> scratch, std::span<std::byte> payload) override {
+              std::span<float> scratch, void* work, std::span<std::byte> payload) override {
     const std::int64_t k = kernels::cpu::topk_count(n, ratio_);
     std::span<float> v = scratch;
     if (!residual_.empty())  // selected in place: what is left is the next residual
@@ -161,10 +167,8 @@ class TopKEncoding final : public SegmentEncoding {
       ctx_.backend->load_to_f32(v.data(), seg, wd, n);
     else
       ctx_.backend->accumulate(v.data(), seg, wd, n);  // residual + gradient
-    Allocation indices = ctx_.bucket_buffer(4 * n, true);
     kernels::cpu::topk_select(
-        v, k, {static_cast<std::uint32_t*>(indices.data()), static_cast<std::size_t>(n)}, payload);
-    ctx_.spares.keep(std::move(indices));
+        v, k, {static_cast<std::uint32_t*>(work), static_cast<std::size_t>(n)}, payload);
   }
   void add(std::span<const std::byte> payload, std::span<float> sum) override {
     kernels::cpu::topk_add(payload, static_cast<std::int64_t>(payload.size()) / 8, sum);
