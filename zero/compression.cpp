@@ -102,6 +102,11 @@ WireCompression resolve_compression(const Config& c, bool stage3) {
   w.block = k.block_size;
   w.topk_ratio = k.topk_ratio;
   w.error_feedback = w.gradients == GradCompression::topk && k.error_feedback;
+  if (w.error_feedback && c.precision == Precision::fp16)
+    throw Error("TopK's error feedback with fp16 would carry gradients scaled by an old loss "
+                "scale (and a skipped step's overflow) into later steps: train in bf16 or fp32, "
+                "or set compression.error_feedback to false",
+                {.key = "compression.error_feedback"});
   return w;
 }
 
