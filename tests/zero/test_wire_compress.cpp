@@ -196,3 +196,38 @@ TEST_CASE("a qwZ gather gives every rank each shard's int8 blocks, dequantised",
     }
   require_bits(got, want);
 }
+
+TEST_CASE("with hierarchical sharding int8 runs inside the group, the sum across groups is dense",
+          "[compress]") {
+  auto probe = world();
+  if (probe->size() % 2 != 0 || probe->size() < 4) {
+    SUCCEED("needs an even world of 4 or more ranks for groups of 2");
+    return;
+  }
+  Config c = config_of(GradCompression::int8, Precision::fp32);
+  c.zero.mics_shard_size = 2;
+  Fixture f(c);
+  auto path = make_reduce_path(f.ctx);
+  const std::vector<float> got = reduce(f, *path, 0);
+  const std::int64_t S = f.shard(), B = 48;
+  const int pos = f.ctx.rank % 2, groups = f.ctx.ranks / 2;
+  std::vector<float> total(static_cast<std::size_t>(S), 0.0f);
+  for (int g = 0; g < groups; ++g) {
+    std::vector<float> sum(static_cast<std::size_t>(S), 0.0f);
+    for (int r = 2 * g; r < 2 * g + 2; ++r)
+      for (std::int64_t b = 0; b * B < S; ++b) {
+        const std::int64_t lo = b * B, hi = std::min(S, lo + B);
+        float m = 0;
+        for (std::int64_t i = lo; i < hi; ++i)
+          m = std::max(m, std::fabs(input_of(r, pos * S + i, 0, Precision::fp32)));
+        const float s = kernels::quant_scale(m, kernels::kInt8Max);
+        for (std::int64_t i = lo; i < hi; ++i)
+          sum[i] += kernels::dequantize_element(
+              kernels::quantize_element(input_of(r, pos * S + i, 0, Precision::fp32), s,
+                                        kernels::kInt8Max),
+              s);
+      }
+    for (std::int64_t i = 0; i < S; ++i) total[i] = g == 0 ? sum[i] : total[i] + sum[i];
+  }
+  require_bits(got, total);
+}
