@@ -56,7 +56,8 @@ void apply_compress_flags(const po::variables_map& vm, Config& config) {
   }
   if (vm.count("error-feedback")) {
     const std::string v = vm["error-feedback"].as<std::string>();
-    if (v != "on" && v != "off") throw Error(cat("--error-feedback: expected on or off, got '", v, "'"));
+    if (v != "on" && v != "off")
+      throw Error(cat("--error-feedback: expected on or off, got '", v, "'"));
     k.error_feedback = v == "on";
   }
 }

@@ -44,7 +44,8 @@ std::vector<float> read_residual(EngineState& s, const std::string& folder) {
   const auto size = std::filesystem::file_size(path, ec);
   if (ec || size != r->bytes())
     throw Error(cat(path, " holds ", ec ? 0 : size, " bytes of TopK residual where this run keeps ",
-                    r->bytes(), ": it was saved at another rank count or model; resume with the "
+                    r->bytes(),
+                    ": it was saved at another rank count or model; resume with the "
                     "same ones, or turn compression.error_feedback off"));
   std::ifstream f(path, std::ios::binary);
   f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(r->bytes()));

@@ -47,16 +47,17 @@ std::optional<WeightCompression> parse_weight_compression(std::string_view text)
 void read_compression(const detail::ObjectReader& top, Config& c) {
   const boost::json::value* v = top.get("compression");
   if (!v) return;
-  const detail::ObjectReader s(*v, "compression",
-                               {"gradients", "weights", "block_size", "topk_ratio", "error_feedback"},
-                               {}, top.log());
+  const detail::ObjectReader s(
+      *v, "compression", {"gradients", "weights", "block_size", "topk_ratio", "error_feedback"}, {},
+      top.log());
   CompressionConfig& k = c.compression;
   s.choice("gradients", k.gradients,
            {{"none", GradCompression::none},
             {"int8", GradCompression::int8},
             {"int4", GradCompression::int4},
             {"topk", GradCompression::topk}});
-  s.choice("weights", k.weights, {{"none", WeightCompression::none}, {"int8", WeightCompression::int8}});
+  s.choice("weights", k.weights,
+           {{"none", WeightCompression::none}, {"int8", WeightCompression::int8}});
   s.integer("block_size", k.block_size, 1, kMaxQuantBlock);
   if (s.number("topk_ratio", k.topk_ratio, detail::Num::unit_closed) && k.topk_ratio <= 0)
     detail::fail_expected(s.path_of("topk_ratio"), "a number in (0, 1]", *s.get("topk_ratio"));
@@ -103,10 +104,11 @@ WireCompression resolve_compression(const Config& c, bool stage3) {
   w.topk_ratio = k.topk_ratio;
   w.error_feedback = w.gradients == GradCompression::topk && k.error_feedback;
   if (w.error_feedback && c.precision == Precision::fp16)
-    throw Error("TopK's error feedback with fp16 would carry gradients scaled by an old loss "
-                "scale (and a skipped step's overflow) into later steps: train in bf16 or fp32, "
-                "or set compression.error_feedback to false",
-                {.key = "compression.error_feedback"});
+    throw Error(
+        "TopK's error feedback with fp16 would carry gradients scaled by an old loss "
+        "scale (and a skipped step's overflow) into later steps: train in bf16 or fp32, "
+        "or set compression.error_feedback to false",
+        {.key = "compression.error_feedback"});
   return w;
 }
 

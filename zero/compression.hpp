@@ -19,15 +19,15 @@ inline constexpr std::int64_t kDefaultQuantBlock = 2048;
 
 // compression {...}.
 struct CompressionConfig {
-  GradCompression gradients = GradCompression::none;  // the gradient reduction's encoding
+  GradCompression gradients = GradCompression::none;    // the gradient reduction's encoding
   WeightCompression weights = WeightCompression::none;  // stage 3's forward/backward gathers
-  std::int64_t block_size = kDefaultQuantBlock;  // values per fp32 scale (int8, int4)
-  double topk_ratio = 0.01;                      // TopK: the fraction of each segment sent
-  bool error_feedback = true;                    // TopK: what was not sent is added next step
+  std::int64_t block_size = kDefaultQuantBlock;         // values per fp32 scale (int8, int4)
+  double topk_ratio = 0.01;                             // TopK: the fraction of each segment sent
+  bool error_feedback = true;  // TopK: what was not sent is added next step
   friend bool operator==(const CompressionConfig&, const CompressionConfig&) = default;
 };
 
-std::string_view name_of(GradCompression g);  // "none", "int8", "int4", "topk"
+std::string_view name_of(GradCompression g);    // "none", "int8", "int4", "topk"
 std::string_view name_of(WeightCompression w);  // "none", "int8"
 std::optional<GradCompression> parse_grad_compression(std::string_view text);
 std::optional<WeightCompression> parse_weight_compression(std::string_view text);

@@ -36,7 +36,10 @@ class DecodeOnWait final : public comm::Handle::State {
  public:
   DecodeOnWait(EngineContext& ctx, comm::Handle inner, std::function<void()> decode,
                std::vector<Allocation> buffers)
-      : ctx_(ctx), inner_(std::move(inner)), decode_(std::move(decode)), buffers_(std::move(buffers)) {}
+      : ctx_(ctx),
+        inner_(std::move(inner)),
+        decode_(std::move(decode)),
+        buffers_(std::move(buffers)) {}
   void wait() override {
     if (done_) return;
     inner_.wait();
@@ -246,9 +249,10 @@ std::unique_ptr<WireEncoding> make_compressed_encoding(EngineContext& ctx) {
 std::unique_ptr<GatherRoute> make_quantized_route(EngineContext& ctx,
                                                   std::unique_ptr<GatherRoute> inner) {
   if (ctx.mem() == comm::Memory::device && !ctx.options.count_only)
-    throw Error("quantised weight gathers (qwZ) run on the CPU backend only: their CUDA kernels "
-                "are not written; train on the CPU or set compression.weights to \"none\"",
-                {.key = "compression.weights"});
+    throw Error(
+        "quantised weight gathers (qwZ) run on the CPU backend only: their CUDA kernels "
+        "are not written; train on the CPU or set compression.weights to \"none\"",
+        {.key = "compression.weights"});
   return std::make_unique<QuantizedRoute>(ctx, std::move(inner));
 }
 

@@ -28,7 +28,9 @@ void dequantize(std::span<const std::byte> payload, std::int64_t block, int bits
 // How many of n values TopK keeps at `ratio`: ceil(ratio * n), at least 1 and at most n (0 for
 // n == 0). Every rank computes the same k for the same segment.
 std::int64_t topk_count(std::int64_t n, double ratio);
-inline std::int64_t topk_payload_bytes(std::int64_t k) { return 8 * k; }
+inline std::int64_t topk_payload_bytes(std::int64_t k) {
+  return 8 * k;
+}
 // Selects the k largest |v| of `v` (ties: the lower index) into `payload` in ascending index
 // order, and leaves in `v` what was not sent: the selected values become 0, the others keep their
 // bits (sent + left == v, element by element). `scratch` holds v.size() indices.

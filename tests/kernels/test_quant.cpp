@@ -34,7 +34,8 @@ TEST_CASE("int8 and int4 blocks come back within half a scale step of each value
   for (int bits : {8, 4}) {
     for (std::int64_t block : {1, 7, 64, 2048}) {
       const std::vector<float> x = random_values(5000, 17 + static_cast<unsigned>(block), 3.0f);
-      std::vector<std::byte> p(static_cast<std::size_t>(cpu::quant_payload_bytes(5000, block, bits)));
+      std::vector<std::byte> p(
+          static_cast<std::size_t>(cpu::quant_payload_bytes(5000, block, bits)));
       cpu::quantize_blocks(x, block, bits, p);
       std::vector<float> y(x.size());
       cpu::dequantize(p, block, bits, y);

@@ -19,7 +19,9 @@ using namespace zero;
 
 constexpr std::int64_t kParams = 1000;
 
-std::unique_ptr<comm::Communicator> world() { return comm::make_mpi_communicator(); }
+std::unique_ptr<comm::Communicator> world() {
+  return comm::make_mpi_communicator();
+}
 
 // Rank r's gradient of the one unit in reduction `step`: varied magnitudes, some ties.
 float grad_of(int r, std::int64_t i, int step) {
@@ -30,8 +32,7 @@ float grad_of(int r, std::int64_t i, int step) {
 struct Fixture {
   std::unique_ptr<comm::Communicator> w = world();
   EngineContext ctx;
-  Fixture(const Config& c)
-      : ctx(c, *w, {UnitSpec{"u", {ParamSpec{"u.w", {kParams}}}}}, quiet()) {}
+  Fixture(const Config& c) : ctx(c, *w, {UnitSpec{"u", {ParamSpec{"u.w", {kParams}}}}}, quiet()) {}
   static EngineOptions quiet() {
     EngineOptions o;
     o.log = [](const std::string&) {};
@@ -77,7 +78,9 @@ float input_of(int r, std::int64_t i, int step, Precision p) {
   return p == Precision::bf16 ? to_float(to_bf16(g)) : g;
 }
 
-float rounded(float x, Precision p) { return p == Precision::bf16 ? to_float(to_bf16(x)) : x; }
+float rounded(float x, Precision p) {
+  return p == Precision::bf16 ? to_float(to_bf16(x)) : x;
+}
 
 void require_bits(const std::vector<float>& got, const std::vector<float>& want) {
   REQUIRE(got.size() == want.size());
@@ -107,7 +110,8 @@ TEST_CASE("an int8 or int4 reduce-scatter equals the sequential blockwise sum, b
         for (std::int64_t b = 0; b * B < S; ++b) {
           const std::int64_t lo = b * B, hi = std::min(S, lo + B);
           float m = 0;
-          for (std::int64_t i = lo; i < hi; ++i) m = std::max(m, std::fabs(input_of(r, me * S + i, 0, p)));
+          for (std::int64_t i = lo; i < hi; ++i)
+            m = std::max(m, std::fabs(input_of(r, me * S + i, 0, p)));
           const float s = kernels::quant_scale(m, qmax);
           for (std::int64_t i = lo; i < hi; ++i)
             sum[i] += kernels::dequantize_element(
@@ -128,13 +132,15 @@ TEST_CASE("TopK with error feedback equals the sequential reference over two red
     const int G = f.ctx.ranks, me = f.ctx.rank;
     const std::int64_t S = f.shard(), N = f.padded();
     const auto k = static_cast<std::int64_t>(std::ceil(0.05 * static_cast<double>(S)));
-    std::vector<std::vector<float>> residual(G, std::vector<float>(static_cast<std::size_t>(N), 0.0f));
+    std::vector<std::vector<float>> residual(G,
+                                             std::vector<float>(static_cast<std::size_t>(N), 0.0f));
     for (int step = 0; step < 2; ++step) {
       const std::vector<float> got = reduce(f, *path, step);
       std::vector<float> sum(static_cast<std::size_t>(S), 0.0f);
       for (int r = 0; r < G; ++r) {
         std::vector<float> v(static_cast<std::size_t>(N));
-        for (std::int64_t i = 0; i < N; ++i) v[i] = residual[r][i] + input_of(r, i, step, Precision::fp32);
+        for (std::int64_t i = 0; i < N; ++i)
+          v[i] = residual[r][i] + input_of(r, i, step, Precision::fp32);
         for (int owner = 0; owner < G; ++owner) {
           std::vector<std::int64_t> order(static_cast<std::size_t>(S));
           for (std::int64_t i = 0; i < S; ++i) order[i] = owner * S + i;
@@ -180,7 +186,8 @@ TEST_CASE("a qwZ gather gives every rank each shard's int8 blocks, dequantised",
   Allocation shard = f.ctx.alloc(Category::other, bytes(S, DType::bf16));
   f.ctx.backend->store_from_f32(shard.data(), DType::bf16, mine.data(), S);
   Allocation full = f.ctx.alloc(Category::other, bytes(N, DType::bf16));
-  comm::Handle h = route->gather(0, slice(shard, DType::bf16, 0, S), slice(full, DType::bf16, 0, N));
+  comm::Handle h =
+      route->gather(0, slice(shard, DType::bf16, 0, S), slice(full, DType::bf16, 0, N));
   h.wait();
   std::vector<float> got(static_cast<std::size_t>(N)), want(static_cast<std::size_t>(N));
   f.ctx.backend->load_to_f32(got.data(), full.data(), DType::bf16, N);
@@ -188,11 +195,14 @@ TEST_CASE("a qwZ gather gives every rank each shard's int8 blocks, dequantised",
     for (std::int64_t b = 0; b * 40 < S; ++b) {
       const std::int64_t lo = b * 40, hi = std::min(S, lo + 40);
       float m = 0;
-      for (std::int64_t i = lo; i < hi; ++i) m = std::max(m, std::fabs(input_of(r, r * S + i, 0, Precision::bf16)));
+      for (std::int64_t i = lo; i < hi; ++i)
+        m = std::max(m, std::fabs(input_of(r, r * S + i, 0, Precision::bf16)));
       const float s = kernels::quant_scale(m, kernels::kInt8Max);
       for (std::int64_t i = lo; i < hi; ++i)
         want[r * S + i] = to_float(to_bf16(kernels::dequantize_element(
-            kernels::quantize_element(input_of(r, r * S + i, 0, Precision::bf16), s, kernels::kInt8Max), s)));
+            kernels::quantize_element(input_of(r, r * S + i, 0, Precision::bf16), s,
+                                      kernels::kInt8Max),
+            s)));
     }
   require_bits(got, want);
 }
