@@ -5,6 +5,7 @@
 #include <iostream>
 #include <limits>
 
+#include "cli/compress_flags.hpp"
 #include "cli/fill_auto.hpp"
 #include "cli/options.hpp"
 #include "cli/plan_plot.hpp"
@@ -103,6 +104,7 @@ void add_plan_options(po::options_description& opts, PlanFlags& f) {
       ("help,h", "show this help");
   // clang-format on
   opts.add(model).add(batch).add(run).add(settings).add(times).add(out);
+  add_compress_options(opts);
 }
 
 void print_help(const po::options_description& opts) {
@@ -157,6 +159,7 @@ Config load_plan_config(const po::variables_map& vm, const PlanFlags& f, bool sa
 Config with_flags(const po::variables_map& vm, const PlanFlags& f, Config c) {
   c = apply_settings_flags(vm, f.settings, c);
   if (vm.count("offload")) c.zero.offload_optimizer_device = parse_offload(f.offload);
+  apply_compress_flags(vm, c);
   return c;
 }
 

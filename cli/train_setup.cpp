@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli/ckpt_io.hpp"
+#include "cli/compress_flags.hpp"
 #include "cli/fill_auto.hpp"
 #include "cli/launch.hpp"
 #include "cli/options.hpp"
@@ -122,6 +123,7 @@ void add_train_options(boost::program_options::options_description& opts, Flags&
        "continue from a checkpoint (a step_* folder, or a --save folder: its newest complete one), "
        "at any rank count and stage; --steps counts from the run's start");
   // clang-format on
+  add_compress_options(opts);
 }
 
 namespace {
@@ -283,6 +285,7 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   if (vm.count("lr")) config.optimizer.lr = f.lr;
   if (vm.count("clip")) config.gradient_clipping = f.clip;
   if (vm.count("timeout")) config.comm_timeout_seconds = f.timeout;
+  apply_compress_flags(vm, config);
   // Batch sizes: a flag sets its key as if the config had given it (DeepSpeed's rule then
   // derives the rest); with none given anywhere, the model's default global batch.
   apply_batch_flags(vm, f.global_batch, f.micro_batch, f.accum, config);

@@ -41,6 +41,7 @@
 
 #include "zero/build_info.hpp"
 #include "zero/checkpoint_impl.hpp"
+#include "zero/checkpoint_residual.hpp"
 
 namespace zero {
 namespace fs = std::filesystem;
@@ -455,6 +456,10 @@ void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
         s.download(t, sp.state, sp.count, out);
         out += static_cast<std::size_t>(sp.count) * 4;
       }
+  }
+  if (s.residual()) {  // every rank's own, before rank 0 may commit
+    const std::string res = agree(s, checkpoint_detail::save_residual(s, j.staging));
+    if (!res.empty()) throw Error(cat("checkpoint save failed: ", res));
   }
   if (j.commits) {
     CheckpointMeta& m = j.meta;

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "zero/checkpoint_impl.hpp"
+#include "zero/checkpoint_residual.hpp"
 
 namespace zero {
 namespace fs = std::filesystem;
@@ -96,6 +97,7 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
   LoadResult out;
   const auto n = static_cast<std::size_t>(s.elements());
   std::vector<float> state[kStateTensors];
+  std::vector<float> residual;
   std::string error;
   try {
     out.path = find_checkpoint(path);
@@ -129,6 +131,7 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
         }
       }
     }
+    if (error.empty()) residual = checkpoint_detail::read_residual(s, out.path);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -146,6 +149,7 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
     s.log(cat("checkpoint ", out.path, " was saved by a ", m.precision,
               " run: the fp16 loss scaler starts afresh at ", loss_scale_text(scaler->scale())));
   }
+  checkpoint_detail::restore_residual(s, residual);
   s.params_from_master();
   out.step = m.step;
   out.trainer_state = m.trainer;

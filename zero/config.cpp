@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "base/error.hpp"
+#include "zero/compression_read.hpp"
 #include "zero/json_reader.hpp"
 
 namespace zero {
@@ -134,7 +135,7 @@ bool operator==(const Config& a, const Config& b) {
     return std::tie(c.train_micro_batch_size_per_gpu, c.gradient_accumulation_steps,
                     c.train_batch_size, c.gradient_clipping, c.optimizer, c.scheduler, c.precision,
                     c.fp16, c.communication_data_type, c.seed, c.zero, c.steps_per_print, c.param_groups,
-                    c.comm_timeout_seconds, c.max_consecutive_skipped_steps);
+                    c.comm_timeout_seconds, c.max_consecutive_skipped_steps, c.compression);
   };
   return fields(a) == fields(b);
 }
@@ -256,6 +257,7 @@ std::string to_json(const Config& c) {
   stage3("stage3_max_live_parameters", z.stage3_max_live_parameters,
          defaults.stage3_max_live_parameters);
   zo["offload_optimizer"] = json::object{{"device", name_of(z.offload_optimizer_device)}};
+  write_compression(c, root, zo);
   root["zero_optimization"] = std::move(zo);
 
   std::string out;

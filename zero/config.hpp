@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "precision/dtype.hpp"
+#include "zero/compression.hpp"
 #include "zero/layout.hpp"
 
 namespace zero {
@@ -106,6 +107,8 @@ struct ZeroConfig {
   // shard groups of this many consecutive ranks and replicated across the groups; -1 (or 0):
   // one group of every rank (flat ZeRO).
   int mics_shard_size = -1;
+  bool zero_quantized_gradients = false;  // ZeRO++ qgZ: int4 gradient reduction (compression.hpp)
+  bool zero_quantized_weights = false;    // ZeRO++ qwZ: int8 stage-3 gathers (compression.hpp)
   friend bool operator==(const ZeroConfig&, const ZeroConfig&) = default;
 };
 
@@ -124,6 +127,7 @@ struct Config {
                                                      // param dtype: bf16 sums diverge
   std::int64_t seed = 42;                            // zero's own key (not DeepSpeed's)
   ZeroConfig zero;                                   // zero_optimization {...}
+  CompressionConfig compression;                     // zero's own key (zero/compression.hpp)
   std::int64_t steps_per_print = 10;                 // log every this many optimizer steps
   double comm_timeout_seconds = 600;                 // zero's own key "comm_timeout": a collective
                                                      // without progress this long fails

@@ -17,6 +17,7 @@
 #include "zero/config_activations.hpp"
 #include "zero/config_keys.hpp"
 #include "base/error.hpp"
+#include "zero/compression_read.hpp"
 #include "zero/json_reader.hpp"
 
 namespace zero {
@@ -284,7 +285,7 @@ void read_zero(const ObjectReader& top, ZeroConfig& z) {
                     "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold",
                     "stage3_max_live_parameters", "stage3_max_reuse_distance", "offload_optimizer",
                     "offload_param", "zero_hpz_partition_size", "mics_shard_size", "cpu_offload",
-                    "cpu_offload_param"},
+                    "cpu_offload_param", "zero_quantized_gradients", "zero_quantized_weights"},
                    detail::kZeroInert, top.log());
     s.integer("stage", z.stage, 0, 3);
     bool o = false;
@@ -320,6 +321,7 @@ void read_zero(const ObjectReader& top, ZeroConfig& z) {
         top.warnings().push_back(cat(s.path_of("zero_hpz_partition_size"), " ", hpz,
                                      " has an effect only at stage 3"));
     }
+    read_zeropp_switches(s, z);
     read_offload(s, "offload_optimizer", "offloading the optimizer to ", z.offload_optimizer_device,
                  detail::kOffloadOptimizerInert);
     OffloadDevice param_device = OffloadDevice::none;
@@ -390,7 +392,8 @@ Config parse_config(std::string_view json_text, std::string_view source_name) {
                                        "comm_timeout",
                                        "max_consecutive_skipped_steps",
                                        "zero_optimization",
-                                       "activation_checkpointing"};
+                                       "activation_checkpointing",
+                                       "compression"};
   // DeepSpeed reads the top level with dict.get: other keys are ignored (with a warning here).
   const ObjectReader top(root, "", ours, detail::kTopLevelInert, log, Unknown::ignore);
   c.micro_batch_given =
@@ -415,6 +418,7 @@ Config parse_config(std::string_view json_text, std::string_view source_name) {
   read_precision(top, c);
   read_zero(top, c.zero);
   detail::read_activation_checkpointing(top, c);
+  read_compression(top, c);
 
   if (!log.lacking.empty())
     throw Error(cat("this configuration needs what zero does not have: ", joined(log.lacking),

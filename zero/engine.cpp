@@ -350,5 +350,6 @@ void EngineState::all_gather_host(const void* in, void* out, std::size_t count, 
 int EngineState::agreeing_ranks() const { return s_.ctx.agreeing_ranks(); }
 void EngineState::log(const std::string& line) const { s_.ctx.log(line); }
 void EngineState::params_from_master() { s_.params_from_master(); }
+Allocation* EngineState::residual() { return s_.reducer.residual(); }
 
 }  // namespace zero

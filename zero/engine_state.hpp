@@ -48,6 +48,8 @@ class EngineState {
   void all_gather_host(const void* in, void* out, std::size_t count, DType dtype);
   int agreeing_ranks() const;
   void log(const std::string& line) const;
+  // TopK's error-feedback residual (this rank's, host memory), or nullptr.
+  Allocation* residual();
   // The working params again from the master weights (after a load).
   void params_from_master();
 

@@ -7,7 +7,7 @@
 namespace zero {
 
 GradReducer::GradReducer(EngineContext& ctx)
-    : ctx_(ctx), path_(make_reduce_path(ctx.settings, ctx.groups)), units_(ctx.layout.units.size()) {
+    : ctx_(ctx), path_(make_reduce_path(ctx)), units_(ctx.layout.units.size()) {
   const Layout& layout = ctx.layout;
   const StagePolicy& policy = ctx.policy;
   const DType rd = reduced_dtype();
@@ -168,10 +168,10 @@ void GradReducer::start_grad_sync(int first, int last, Allocation input, const S
         r.packed_out = ctx_.bucket_buffer(bytes(G * shard, rd), true);
         full = slice(r.packed_out, rd, 0, G * shard);
       }
-      r.work = path_->start(in.cview(), block.view(), full.view());
+      r.work = path_->start(in.cview(), block.view(), full.view(), F.shard_offset);
     } else {
       const Slice out = slice(reduced_, rd, layout.units[first].shard_offset, shard);
-      r.work = path_->start(in.cview(), out.view(), std::nullopt);
+      r.work = path_->start(in.cview(), out.view(), std::nullopt, layout.units[first].shard_offset);
     }
   }
   r.input = std::move(input);

@@ -41,6 +41,7 @@ class GradReducer {
   int reductions(int u) const { return units_[static_cast<std::size_t>(u)].reductions; }
   const std::vector<int>& reduce_log() const { return reduce_log_; }
   bool idle() const;  // no reduce_grads call since the last step, none in flight
+  Allocation* residual() { return path_->encoding().residual(); }  // TopK's, or nullptr
   void end_step();    // counts and the accumulator back to zero
 
  private:

@@ -50,6 +50,8 @@ std::string_view name_of(Category c) {
       return "gathered";
     case Category::secondary:
       return "secondary";
+    case Category::residual:
+      return "residual";
     case Category::activations:
       return "activations";
     case Category::other:

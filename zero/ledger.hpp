@@ -34,10 +34,11 @@ enum class Category : std::uint8_t {
   step_scratch,   // step(): fp32 conversion of one unit's 16-bit reduced gradient
   gathered,       // stage-3 units gathered and in flight
   secondary,      // hpZ: each unit's secondary shard, from its forward gather to its backward one
+  residual,       // TopK with error feedback: what each rank has not sent yet (fp32, full size)
   activations,    // the trainer's own activations, recorded by it (Ledger::record_external)
   other,          // anything else
 };
-inline constexpr std::size_t kCategoryCount = 15;
+inline constexpr std::size_t kCategoryCount = 16;
 std::string_view name_of(Category c);
 
 // A memory backend. Host: aligned, zeroed heap memory. A CUDA backend (cudaMalloc + cudaMemset)

@@ -290,6 +290,9 @@ void add_persistent_buffers(Terms& t, const Formula& f, const Settings& set) {
              cat("4 B x ", f.pol.gather_grads ? "Ψp = " + f.Ps : "Ψs = " + f.Ss),
              t.bytes(4, f.pol.gather_grads ? f.P : f.Sh, "the gradient accumulator"),
              f.offload && !f.pol.gather_grads);
+  if (set.compression.error_feedback)  // zero/wire_compress.cpp: every rank's own, full size
+    t.buffer("fp32 TopK residual (error feedback)", cat("4 B x Ψp = 4 x ", f.Ps),
+             t.bytes(4, f.P, "the TopK residual"));
 }
 
 // The engine's counting run, checked against the formulas above (they must agree on the model

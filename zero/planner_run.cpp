@@ -47,6 +47,9 @@ Config engine_config(const Config& in) {
   c.zero.stage3_param_persistence_threshold = in.zero.stage3_param_persistence_threshold;
   c.zero.mics_shard_size = in.zero.mics_shard_size;
   c.zero.zero_hpz_partition_size = in.zero.zero_hpz_partition_size;
+  c.zero.zero_quantized_gradients = in.zero.zero_quantized_gradients;
+  c.zero.zero_quantized_weights = in.zero.zero_quantized_weights;
+  c.compression = in.compression;
   return c;
 }
 

@@ -2,6 +2,7 @@
 #include "zero/settings.hpp"
 
 #include "base/error.hpp"
+#include "zero/compression_read.hpp"
 
 namespace zero {
 namespace {
@@ -93,6 +94,7 @@ Settings resolve_settings(const Config& c, int world, std::int64_t align_element
   s.secondary_size = s.policy.shard_params && hpz > 1 && hpz < world ? hpz : 1;
   s.prefetch_window = c.zero.stage3_prefetch_bucket_size;
   s.max_live = c.zero.stage3_max_live_parameters;
+  s.compression = resolve_compression(c, s.policy.shard_params);
   return s;
 }
 

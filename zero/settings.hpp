@@ -50,6 +50,9 @@ struct Settings {
   // state and the reduced gradient shard live in host memory. The planner sizes it; the
   // engine's config reader refuses it.
   bool offload = false;
+  // What travels compressed (zero/compression.hpp): the gradient reduction's encoding, stage 3's
+  // gathers.
+  WireCompression compression;
   std::vector<std::string> notes;               // what was overridden, one sentence each
 
   // Stage 3's prefetch rule, the engine's: gather a unit of `padded` elements ahead of use when

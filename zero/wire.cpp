@@ -12,11 +12,11 @@ class DTypeEncoding final : public WireEncoding {
  public:
   explicit DTypeEncoding(DType reduced) : reduced_(reduced) {}
   DType reduced_dtype() const override { return reduced_; }
-  comm::Handle reduce_scatter(comm::Communicator& group, comm::ConstView in,
-                              comm::View out) const override {
+  comm::Handle reduce_scatter(comm::Communicator& group, comm::ConstView in, comm::View out,
+                              std::int64_t) override {
     return group.reduce_scatter_async(in, out, comm::ReduceOp::sum);
   }
-  void all_reduce(comm::Communicator& group, comm::View block) const override {
+  void all_reduce(comm::Communicator& group, comm::View block) override {
     group.all_reduce(block, comm::ReduceOp::sum);
   }
 
@@ -24,19 +24,27 @@ class DTypeEncoding final : public WireEncoding {
   DType reduced_;
 };
 
-// Flat ZeRO: one reduce-scatter over the shard group (the world); stage 0 all-gathers after it.
+// Flat ZeRO: one reduce-scatter over the shard group (the world); stage 0 all-gathers after it
+// (queued behind it, or after the wait when the encoding decodes then).
 class FlatPath final : public ReducePath {
  public:
   FlatPath(std::unique_ptr<WireEncoding> e, comm::Communicator& shard)
       : ReducePath(std::move(e), shard) {}
-  PathWork start(comm::ConstView in, comm::View block,
-                 std::optional<comm::View> gather_to) override {
+  PathWork start(comm::ConstView in, comm::View block, std::optional<comm::View> gather_to,
+                 std::int64_t at) override {
     PathWork w;
-    w.handles.push_back(encoding_->reduce_scatter(shard_, in, block));
-    if (gather_to) w.handles.push_back(shard_.all_gather_async(comm::ConstView(block), *gather_to));
+    w.handles.push_back(encoding_->reduce_scatter(shard_, in, block, at));
+    if (gather_to && encoding_->decodes_on_wait()) {
+      w.block = block;
+      w.gather_to = gather_to;
+    } else if (gather_to) {
+      w.handles.push_back(shard_.all_gather_async(comm::ConstView(block), *gather_to));
+    }
     return w;
   }
-  void complete(PathWork&) override {}
+  void complete(PathWork& w) override {
+    if (w.gather_to) shard_.all_gather(comm::ConstView(w.block), *w.gather_to);
+  }
 };
 
 // Hierarchical sharding (HSDP, MiCS): each shard group reduce-scatters its ranks' gradients,
@@ -47,10 +55,10 @@ class HierarchicalPath final : public ReducePath {
   HierarchicalPath(std::unique_ptr<WireEncoding> e, comm::Communicator& shard,
                    comm::Communicator& replicate)
       : ReducePath(std::move(e), shard), replicate_(replicate) {}
-  PathWork start(comm::ConstView in, comm::View block,
-                 std::optional<comm::View> gather_to) override {
+  PathWork start(comm::ConstView in, comm::View block, std::optional<comm::View> gather_to,
+                 std::int64_t at) override {
     PathWork w;
-    w.handles.push_back(encoding_->reduce_scatter(shard_, in, block));
+    w.handles.push_back(encoding_->reduce_scatter(shard_, in, block, at));
     w.across_pending = true;
     w.block = block;
     w.gather_to = gather_to;
@@ -122,16 +130,24 @@ class HpzRoute final : public GatherRoute {
 
 }  // namespace
 
-std::unique_ptr<ReducePath> make_reduce_path(const Settings& s, ProcessGroups& g) {
-  auto encoding = std::make_unique<DTypeEncoding>(s.reduce_dtype);
+std::unique_ptr<ReducePath> make_reduce_path(EngineContext& ctx) {
+  ProcessGroups& g = ctx.groups;
+  std::unique_ptr<WireEncoding> encoding =
+      ctx.settings.compression.gradients == GradCompression::none
+          ? std::make_unique<DTypeEncoding>(ctx.settings.reduce_dtype)
+          : make_compressed_encoding(ctx);
   if (g.replicate) return std::make_unique<HierarchicalPath>(std::move(encoding), *g.shard, *g.replicate);
   return std::make_unique<FlatPath>(std::move(encoding), *g.shard);
 }
 
 std::unique_ptr<GatherRoute> make_gather_route(EngineContext& ctx) {
+  std::unique_ptr<GatherRoute> route;
   if (ctx.groups.secondary_owned)
-    return std::make_unique<HpzRoute>(ctx, std::move(ctx.groups.secondary_owned));
-  return std::make_unique<PrimaryRoute>(*ctx.groups.shard);
+    route = std::make_unique<HpzRoute>(ctx, std::move(ctx.groups.secondary_owned));
+  else
+    route = std::make_unique<PrimaryRoute>(*ctx.groups.shard);
+  if (ctx.settings.compression.weights_int8) return make_quantized_route(ctx, std::move(route));
+  return route;
 }
 
 }  // namespace zero
