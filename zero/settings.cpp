@@ -58,7 +58,6 @@ void resolve_offload(const Config& c, bool device, Settings& s) {
   }
   s.offload = optimizer;
   s.offload_params = params;
-  s.pin_memory = (optimizer || params) && c.zero.offload_pin_memory;
   if (optimizer || params) s.params_alias_master = false;
 }
 

@@ -53,7 +53,6 @@ struct Settings {
   // offload_param.device cpu at stage 3 on a device run: the 16-bit param shards in host memory,
   // uploaded for each gather.
   bool offload_params = false;
-  bool pin_memory = false;  // the offloaded buffers page-locked (offload_*.pin_memory; CUDA)
   std::vector<std::string> notes;               // what was overridden, one sentence each
 
   // Stage 3's prefetch rule, the engine's: gather a unit of `padded` elements ahead of use when
