@@ -169,6 +169,27 @@ TEST_CASE("Offload on the emulated device trains bitwise as without it, at stage
       }
 }
 
+TEST_CASE("Offload trains bitwise as without it with shard groups (MiCS) and hpZ") {
+  auto world = comm::make_mpi_communicator();
+  if (world->size() % 2 != 0 || world->size() < 2) return;
+  for (int stage : {1, 2, 3})
+    for (bool hpz : {false, true}) {
+      if (hpz && stage != 3) continue;
+      RunSpec spec;
+      spec.stage = stage;
+      spec.steps = 3;
+      spec.accumulation = 2;
+      spec.overlap = true;
+      (hpz ? spec.hpz : spec.shard_size) = 2;
+      INFO("ranks " << world->size() << ", stage " << stage << (hpz ? ", hpZ 2" : ", groups of 2"));
+      const Result plain = run(*world, spec, config_of(spec, {}));
+      const Result off = run(*world, spec, config_of(spec, {true, stage == 3}));
+      CHECK(off.checksum == plain.checksum);
+      CHECK(off.losses == plain.losses);
+      check_against_plan(off, stage);
+    }
+}
+
 TEST_CASE("On CPU ranks an offload config trains and plans exactly as without it") {
   auto world = comm::make_mpi_communicator();
   for (int stage = 1; stage <= 3; ++stage) {
