@@ -221,6 +221,7 @@ std::string describe_times(const std::vector<Plan>& plans, const std::vector<Ste
   row("comm, exposed", [](const StepTime& s) { return seconds_text(s.comm_exposed); });
   row("compute", [](const StepTime& s) { return seconds_text(s.compute); });
   row("optimizer step", [](const StepTime& s) { return seconds_text(s.optimizer); });
+  row("offload transfers", [](const StepTime& s) { return seconds_text(s.offload); });
   row("step", [](const StepTime& s) { return seconds_text(s.step); });
   row("tokens/s", [](const StepTime& s) { return with_commas(s.tokens_per_second); });
   row("MFU", [](const StepTime& s) {
@@ -285,6 +286,7 @@ boost::json::object time_json(const StepTime& s, const TimeInput& t, bool fastes
           {"compute_seconds", s.compute},
           {"optimizer_seconds", s.optimizer},
           {"optimizer_bytes_per_param", s.optimizer_bytes_per_param},
+          {"offload_seconds", s.offload},
           {"step_seconds", s.step},
           {"tokens_per_second", s.tokens_per_second},
           {"mfu", s.mfu},

@@ -26,6 +26,13 @@ class Backend {
   virtual comm::Memory memory() const = 0;
   // The allocator the ledger uses for memory() (the host backend: nullptr = the ledger's own).
   virtual std::unique_ptr<Allocator> make_allocator() = 0;
+  // The allocator the ledger uses for host memory beside a device memory() (nullptr: the
+  // ledger's own heap allocator): where ZeRO-Offload's state lives. `pinned`: page-locked, which
+  // a GPU copies to and from by DMA without a bounce buffer (CUDA: cudaHostAlloc).
+  virtual std::unique_ptr<Allocator> make_host_allocator(bool pinned) {
+    (void)pinned;
+    return nullptr;
+  }
   // "cpu" or "cuda:N (name)".
   virtual std::string describe() const = 0;
 
@@ -63,6 +70,9 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// The backend that computes on ZeRO-Offload's host state beside `device`: the CPU kernels, or
+// for a counting backend one that counts host memory (zero/offload.hpp).
+std::unique_ptr<Backend> make_host_backend(const Backend& device);
 // The CPU backend posing as a device (EngineOptions::emulate_device): host memory counted as
 // device memory, CPU kernels. For checking the device code path where there is no GPU.
 std::unique_ptr<Backend> make_emulated_device_backend();

@@ -14,7 +14,10 @@ namespace {
 // one?) on what it allocates, and distinct buffers must stay distinct. Nothing dereferences them.
 class CountingAllocator final : public Allocator {
  public:
-  explicit CountingAllocator(comm::Memory where) : where_(where) {}
+  // `base`: where its range starts (offloaded host state gets a range of its own, far above the
+  // device's, so that no host buffer shares an address with a device one).
+  explicit CountingAllocator(comm::Memory where, std::uintptr_t base = std::uintptr_t{1} << 44)
+      : where_(where), next_(base) {}
   void* allocate(std::size_t bytes) override {
     const std::uintptr_t at = next_;
     next_ += (bytes + 63) / 64 * 64 + 64;  // a gap, so that no buffer ends where another starts
@@ -25,7 +28,7 @@ class CountingAllocator final : public Allocator {
 
  private:
   comm::Memory where_;
-  std::uintptr_t next_ = std::uintptr_t{1} << 44;  // above any heap a planner process has
+  std::uintptr_t next_;  // from 2^44: above any heap a planner process has
 };
 
 class CountingBackend final : public Backend {
@@ -34,6 +37,12 @@ class CountingBackend final : public Backend {
   comm::Memory memory() const override { return memory_; }
   std::unique_ptr<Allocator> make_allocator() override {
     return std::make_unique<CountingAllocator>(memory_);
+  }
+  std::unique_ptr<Allocator> make_host_allocator(bool) override {
+    // Offloaded state is counted, never allocated, as the device's is: a plan of a model far
+    // larger than this machine's memory must not touch it.
+    if (memory_ == comm::Memory::host) return nullptr;
+    return std::make_unique<CountingAllocator>(comm::Memory::host, std::uintptr_t{1} << 60);
   }
   std::string describe() const override { return "counting (no memory, no kernels)"; }
 
@@ -65,6 +74,11 @@ class CountingBackend final : public Backend {
 
 std::unique_ptr<Backend> make_counting_backend(comm::Memory memory) {
   return std::make_unique<CountingBackend>(memory);
+}
+
+std::unique_ptr<Backend> make_host_backend(const Backend& device) {
+  if (dynamic_cast<const CountingBackend*>(&device)) return make_counting_backend(comm::Memory::host);
+  return make_cpu_backend();
 }
 
 }  // namespace zero

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <new>
 
 #include "kernels/cuda/check.hpp"
@@ -69,6 +70,29 @@ class CudaAllocator final : public Allocator {
   bool pooled_ = false;
 };
 
+// Page-locked host memory for ZeRO-Offload's state (offload_*.pin_memory): the GPU copies to and
+// from it by DMA, with no pageable bounce buffer in between. Zeroed as the Allocator contract asks.
+class PinnedHostAllocator final : public Allocator {
+ public:
+  void* allocate(std::size_t bytes) override {
+    void* p = allocate_unset(bytes);
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  void* allocate_unset(std::size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      throw std::bad_alloc();
+    }
+    ZERO_CUDA_CHECK(e);
+    return p;
+  }
+  void deallocate(void* p, std::size_t) noexcept override { cudaFreeHost(p); }
+  comm::Memory where() const override { return comm::Memory::host; }
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, void* stream) : stream_(stream) {
@@ -83,6 +107,10 @@ class CudaBackend final : public Backend {
   comm::Memory memory() const override { return comm::Memory::device; }
   std::unique_ptr<Allocator> make_allocator() override {
     return std::make_unique<CudaAllocator>(stream_);
+  }
+  std::unique_ptr<Allocator> make_host_allocator(bool pinned) override {
+    if (!pinned) return nullptr;
+    return std::make_unique<PinnedHostAllocator>();
   }
   std::string describe() const override { return cat("cuda:", device_, " (", name_, ")"); }
 

@@ -256,7 +256,12 @@ std::string to_json(const Config& c) {
          defaults.stage3_param_persistence_threshold);
   stage3("stage3_max_live_parameters", z.stage3_max_live_parameters,
          defaults.stage3_max_live_parameters);
-  zo["offload_optimizer"] = json::object{{"device", name_of(z.offload_optimizer_device)}};
+  json::object offload{{"device", name_of(z.offload_optimizer_device)}};
+  if (z.offload_pin_memory) offload["pin_memory"] = true;
+  zo["offload_optimizer"] = std::move(offload);
+  if (z.offload_param_device != OffloadDevice::none)
+    zo["offload_param"] = json::object{{"device", name_of(z.offload_param_device)},
+                                       {"pin_memory", z.offload_pin_memory}};
   write_compression(c, root, zo);
   root["zero_optimization"] = std::move(zo);
 

@@ -39,7 +39,7 @@ enum class ScheduleType { constant, warmup, warmup_linear_decay, warmup_cosine }
 // How the warmup rises from its start to its end value (DeepSpeed's warmup_type).
 enum class WarmupType { log, linear };
 
-// ZeRO-Offload destinations; only none is implemented, the others are refused at parse time.
+// ZeRO-Offload destinations (docs/offload.md): none and cpu act; nvme is refused at parse time.
 enum class OffloadDevice { none, cpu, nvme };
 
 // optimizer {type, params}. Defaults are those of DeepSpeed's FusedAdam, which a DeepSpeed
@@ -101,7 +101,9 @@ struct ZeroConfig {
   std::int64_t stage3_param_persistence_threshold = 100'000;     // smaller params never sharded
   std::int64_t stage3_max_live_parameters = 1'000'000'000;       // gathered elements held at once
   std::int64_t stage3_max_reuse_distance = 1'000'000'000;        // keep if reused within this
-  OffloadDevice offload_optimizer_device = OffloadDevice::none;  // only none is accepted
+  // offload_optimizer.device (or cpu_offload): the fp32 master, optimizer state and update in
+  // host memory on a device run, stages 1-3 (docs/offload.md).
+  OffloadDevice offload_optimizer_device = OffloadDevice::none;
   int zero_hpz_partition_size = 1;  // ranks of the secondary (in-node) shard group; 1 = off
   // Hierarchical sharding (DeepSpeed's MiCS key, FSDP2's HSDP): the states are sharded over
   // shard groups of this many consecutive ranks and replicated across the groups; -1 (or 0):
@@ -109,6 +111,10 @@ struct ZeroConfig {
   int mics_shard_size = -1;
   bool zero_quantized_gradients = false;  // ZeRO++ qgZ: int4 gradient reduction (compression.hpp)
   bool zero_quantized_weights = false;    // ZeRO++ qwZ: int8 stage-3 gathers (compression.hpp)
+  // offload_param.device (or cpu_offload_param): stage 3's 16-bit param shards in host memory.
+  OffloadDevice offload_param_device = OffloadDevice::none;
+  // offload_*.pin_memory: the offloaded buffers in page-locked host memory (a CUDA run).
+  bool offload_pin_memory = false;
   friend bool operator==(const ZeroConfig&, const ZeroConfig&) = default;
 };
 

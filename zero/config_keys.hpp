@@ -112,21 +112,20 @@ inline constexpr Inert kZeroInert[] = {
     {"zenflow"},
     {"save_muon_momentum_buffer_in_memory"}};
 
-// The offload blocks' tuning keys; only "device" is read (and only "none" accepted), and
-// DeepSpeed reads these only when offloading: no warning.
-inline constexpr Inert kOffloadOptimizerInert[] = {{"pin_memory", {}, "*"},
-                                                   {"nvme_path", {}, "*"},
+// The offload blocks' keys zero does not act on ("device", "pin_memory" and the optimizer's
+// "ratio" are read in config_read.cpp): the NVMe tier's (refused with device nvme), and tuning
+// keys of DeepSpeed's own CPU optimizer and schedule, which DeepSpeed reads only when
+// offloading: no warning. docs/config.md, "Offload".
+inline constexpr Inert kOffloadOptimizerInert[] = {{"nvme_path", {}, "*"},
                                                    {"buffer_count", {}, "*"},
                                                    {"pipeline_read", {}, "*"},
                                                    {"pipeline_write", {}, "*"},
                                                    {"fast_init", {}, "*"},
-                                                   {"ratio", {}, "*"},
-                                                   {"super_offload", {}, "*"},
+                                                   {"super_offload", "zero runs ZeRO-Offload's schedule", "false"},
                                                    {"convert_grad_on_cpu", {}, "*"},
                                                    {"cpuadam_cores_perc", {}, "*"}};
 
-inline constexpr Inert kOffloadParamInert[] = {{"pin_memory", {}, "*"},
-                                               {"nvme_path", {}, "*"},
+inline constexpr Inert kOffloadParamInert[] = {{"nvme_path", {}, "*"},
                                                {"buffer_count", {}, "*"},
                                                {"buffer_size", {}, "*"},
                                                {"max_in_cpu", {}, "*"}};

@@ -9,7 +9,7 @@
 // where DeepSpeed refuses them (zero_optimization, optimizer and scheduler params).
 //
 // Two things are collected over the whole text and raised once at the end, so that a user sees
-// every key at once: the features zero lacks (offload, LAMB, 1-bit Adam, ...) and "auto"
+// every key at once: the features zero lacks (NVMe offload, LAMB, 1-bit Adam, ...) and "auto"
 // placeholders on keys nothing fills.
 #include <limits>
 
@@ -238,16 +238,30 @@ void read_precision(const ObjectReader& top, Config& c) {
   c.precision = bf16 ? Precision::bf16 : fp16 ? Precision::fp16 : Precision::fp32;
 }
 
+// An offload block (offload_optimizer, offload_param): "device" none or cpu acts; nvme is refused
+// (zero has no NVMe tier); pin_memory acts (page-locked host buffers on a CUDA run); DeepSpeed's
+// `ratio` (the fraction of the optimizer offloaded) is accepted at 1 only, since zero offloads
+// the whole shard or none of it. The NVMe and tuning keys are inert (kOffload*Inert).
 void read_offload(const ObjectReader& z, std::string_view key, std::string_view what,
-                  OffloadDevice& device, std::span<const Inert> inert) {
+                  OffloadDevice& device, bool& pin, std::span<const Inert> inert) {
   const json::value* v = z.get(key);
   if (!v) return;
-  ObjectReader s(*v, z.path_of(key), {"device"}, inert, z.log());
+  static constexpr std::string_view kOurs[] = {"device", "pin_memory", "ratio"};
+  const bool optimizer = key == "offload_optimizer";
+  ObjectReader s(*v, z.path_of(key), std::span(kOurs).first(optimizer ? 3 : 2), inert, z.log());
   OffloadDevice d = OffloadDevice::none;
   s.choice(
       "device", d,
       {{"none", OffloadDevice::none}, {"cpu", OffloadDevice::cpu}, {"nvme", OffloadDevice::nvme}});
-  if (d != OffloadDevice::none) z.log().lacks(s.path_of("device"), cat(what, name_of(d)));
+  if (d == OffloadDevice::nvme)
+    z.log().lacks(s.path_of("device"), cat("an NVMe tier to offload ", what, " to"));
+  bool p = false;
+  if (s.flag("pin_memory", p) && d == OffloadDevice::cpu) pin = pin || p;
+  double ratio = 1.0;
+  if (optimizer && s.number("ratio", ratio, Num::unit_closed) && ratio != 1.0 &&
+      d == OffloadDevice::cpu)
+    z.log().lacks(s.path_of("ratio"), cat("offloading only part of the optimizer, ratio ",
+                                          detail::format_number(ratio)));
   device = d;
 }
 
@@ -322,17 +336,18 @@ void read_zero(const ObjectReader& top, ZeroConfig& z) {
                                      " has an effect only at stage 3"));
     }
     read_zeropp_switches(s, z);
-    read_offload(s, "offload_optimizer", "offloading the optimizer to ", z.offload_optimizer_device,
-                 detail::kOffloadOptimizerInert);
-    OffloadDevice param_device = OffloadDevice::none;
-    read_offload(s, "offload_param", "offloading parameters to ", param_device,
-                 detail::kOffloadParamInert);
+    read_offload(s, "offload_optimizer", "the optimizer", z.offload_optimizer_device,
+                 z.offload_pin_memory, detail::kOffloadOptimizerInert);
+    read_offload(s, "offload_param", "parameters", z.offload_param_device,
+                 z.offload_pin_memory, detail::kOffloadParamInert);
+    // ZeRO-Offload's first keys, before the offload blocks: the same as device cpu.
     bool on = false;
-    if (s.flag("cpu_offload", on) && on)
-      top.log().lacks(s.path_of("cpu_offload"), "offloading the optimizer to cpu");
+    if (s.flag("cpu_offload", on) && on) z.offload_optimizer_device = OffloadDevice::cpu;
     on = false;
-    if (s.flag("cpu_offload_param", on) && on)
-      top.log().lacks(s.path_of("cpu_offload_param"), "offloading parameters to cpu");
+    if (s.flag("cpu_offload_param", on) && on) z.offload_param_device = OffloadDevice::cpu;
+    if (z.offload_param_device == OffloadDevice::cpu && z.stage != 3)
+      top.warnings().push_back(cat("zero_optimization.offload_param has an effect only at stage 3 "
+                                   "(below it every rank holds the whole 16-bit params)"));
   }
   // DeepSpeed's dynamic default: overlap at stage 3, where it matters most, off below.
   z.overlap_comm = overlap.value_or(z.stage == 3);

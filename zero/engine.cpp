@@ -107,7 +107,7 @@ void Engine::init_params(const std::function<void(int, std::span<float>)>& fill)
   std::vector<float> host(s.ctx.options.count_only ? 0 : s.states.master.bytes() / sizeof(float),
                           0.0f);
   check_fills_agree(s.ctx, fill_master(s.ctx, host, fill));
-  s.ctx.backend->upload(s.states.master.data(), host.data(), host.size() * sizeof(float));
+  s.ctx.state_backend().upload(s.states.master.data(), host.data(), host.size() * sizeof(float));
   s.params_from_master();
 }
 
@@ -259,8 +259,14 @@ std::vector<float> Engine::gather_master(int p) {
     s.backend->download(out.data(), master + pl.global_offset, out.size() * sizeof(float));
     return out;
   }
-  const comm::ConstView shard{master + U.shard_offset, static_cast<std::size_t>(U.shard_numel),
-                              DType::f32, s.mem()};
+  const float* own = master + U.shard_offset;
+  Allocation on_device;  // optimizer offload: the shard goes to the device for the collective
+  if (s.state_mem() != s.mem()) {
+    on_device = s.alloc(Category::other, bytes(U.shard_numel, DType::f32));
+    s.backend->upload(on_device.data(), own, on_device.bytes());
+    own = on_device.as<float>().data();
+  }
+  const comm::ConstView shard{own, static_cast<std::size_t>(U.shard_numel), DType::f32, s.mem()};
   if (s.mem() == comm::Memory::host) {  // an inspection copy: the trainer's memory, not the engine's
     std::vector<float> unit(static_cast<std::size_t>(U.padded_numel));
     const ScopeTimer t = s.waiting();
@@ -322,12 +328,12 @@ Allocation& state_tensor(ModelStates& m, int t) {
 }  // namespace
 
 void EngineState::download(int t, std::int64_t at, std::int64_t count, void* host) const {
-  s_.ctx.backend->download(host, state_tensor(s_.states, t).as<float>().data() + at,
+  s_.ctx.state_backend().download(host, state_tensor(s_.states, t).as<float>().data() + at,
                            static_cast<std::size_t>(count) * sizeof(float));
 }
 
 void EngineState::upload(int t, const float* host, std::int64_t count) {
-  s_.ctx.backend->upload(state_tensor(s_.states, t).data(), host,
+  s_.ctx.state_backend().upload(state_tensor(s_.states, t).data(), host,
                          static_cast<std::size_t>(count) * sizeof(float));
 }
 

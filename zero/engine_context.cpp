@@ -77,7 +77,7 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& o, const comm::Commun
 
 Settings resolve_for(const Config& c, const comm::Communicator& world, const EngineOptions& o) {
   c.validate_world(world.size());
-  return resolve_settings(c, world.size(), o.align_elements);
+  return resolve_settings(c, world.size(), o.align_elements, o.memory == comm::Memory::device);
 }
 
 // Checks that every rank registered the same units: a mismatch would pair collectives of
@@ -105,10 +105,11 @@ void check_same_layout(EngineContext& s) {
 
 // The backend's allocator in the ledger slot of the memory it serves (host: the ledger's own
 // heap allocator unless the backend brings one).
-EngineContext::Allocators EngineContext::allocators_of(Backend& b) {
+EngineContext::Allocators EngineContext::allocators_of(Backend& b, bool pinned) {
   Allocators a;
   std::unique_ptr<Allocator> mine = b.make_allocator();
   (mine && mine->where() == comm::Memory::host ? a.host : a.device) = std::move(mine);
+  if (!a.host) a.host = b.make_host_allocator(pinned);
   return a;
 }
 
@@ -117,7 +118,8 @@ EngineContext::EngineContext(const Config& c, comm::Communicator& w, std::vector
     : config(c),
       options(std::move(o)),
       backend(make_backend(options, w)),
-      allocators(allocators_of(*backend)),
+      host_backend(make_host_backend(*backend)),
+      allocators(allocators_of(*backend, c.zero.offload_pin_memory)),
       ledger(std::move(allocators.host), std::move(allocators.device)),
       rank(w.rank()),
       ranks(w.size()),
@@ -216,12 +218,19 @@ std::int64_t EngineContext::reduced_offset(int u) const {
 ModelStates::ModelStates(EngineContext& ctx) : params_alias_master(ctx.settings.params_alias_master) {
   const Layout& layout = ctx.layout;
   const std::int64_t state_n = ctx.policy.shard_optimizer ? layout.shard_numel : layout.padded_numel;
-  master = ctx.alloc(Category::master, bytes(state_n, DType::f32));
-  exp_avg = ctx.alloc(Category::optimizer_m, bytes(state_n, DType::f32));
-  exp_avg_sq = ctx.alloc(Category::optimizer_v, bytes(state_n, DType::f32));
+  // Optimizer offload: the master and the moments in host memory (zero/settings.hpp).
+  auto state = [&](Category c) {
+    return ctx.ledger.allocate(c, static_cast<std::size_t>(bytes(state_n, DType::f32)),
+                               ctx.state_mem());
+  };
+  master = state(Category::master);
+  exp_avg = state(Category::optimizer_m);
+  exp_avg_sq = state(Category::optimizer_v);
   if (params_alias_master) return;
   if (ctx.policy.shard_params)
-    params_shard = ctx.alloc(Category::params, bytes(layout.shard_numel, ctx.work_dtype()));
+    params_shard = ctx.ledger.allocate(
+        Category::params, static_cast<std::size_t>(bytes(layout.shard_numel, ctx.work_dtype())),
+        ctx.param_shard_mem());
   else
     params_full = ctx.alloc(Category::params, bytes(layout.padded_numel, ctx.work_dtype()));
 }

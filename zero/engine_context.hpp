@@ -135,10 +135,12 @@ struct EngineContext {
   EngineOptions options;
   // Where the buffers live and what computes on them (host + kernels/cpu, or device + kernels/cuda).
   std::unique_ptr<Backend> backend;
+  // ZeRO-Offload: the CPU kernels on the offloaded host state (docs/offload.md).
+  std::unique_ptr<Backend> host_backend;
   struct Allocators {
     std::unique_ptr<Allocator> host, device;
   };
-  static Allocators allocators_of(Backend& b);
+  static Allocators allocators_of(Backend& b, bool pinned = false);
   Allocators allocators;  // handed to the ledger at construction
   Ledger ledger;          // declared before every holder of an Allocation: it outlives them
   int rank = 0;
@@ -154,6 +156,14 @@ struct EngineContext {
   std::int64_t comm_scratch_recorded = 0;
 
   comm::Memory mem() const { return backend->memory(); }
+  // Where the fp32 master, the optimizer state and the fp32 reduced gradient live, and what
+  // computes on them: host memory and the CPU kernels with optimizer offload, else mem().
+  comm::Memory state_mem() const { return settings.offload ? comm::Memory::host : mem(); }
+  Backend& state_backend() const { return settings.offload ? *host_backend : *backend; }
+  // Where stage 3's 16-bit param shards live (offload_param: host memory).
+  comm::Memory param_shard_mem() const {
+    return settings.offload_params ? comm::Memory::host : mem();
+  }
   DType work_dtype() const { return settings.work_dtype; }
   Allocation alloc(Category c, std::int64_t bytes) {
     return ledger.allocate(c, static_cast<std::size_t>(bytes), mem());

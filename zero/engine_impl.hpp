@@ -5,6 +5,7 @@
 
 #include "zero/engine_context.hpp"
 #include "zero/grad_reducer.hpp"
+#include "zero/offload.hpp"
 #include "zero/optimizer_step.hpp"
 #include "zero/param_gatherer.hpp"
 
@@ -29,9 +30,7 @@ struct Engine::Impl {
   // The working params from the fp32 master (rounded to the working dtype; all-gathered where
   // the stage keeps them whole): after init_params and after a checkpoint's load.
   void params_from_master();
-  void store(const Slice& dst, const float* src) {
-    ctx.backend->store_from_f32(dst.data, dst.dtype, src, dst.count);
-  }
+  void store(const Slice& dst, const float* src) { store_from_master(ctx, dst, src); }
 };
 
 }  // namespace zero

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <string>
 
+#include "zero/offload.hpp"
+
 namespace zero {
 
 GradReducer::GradReducer(EngineContext& ctx)
@@ -19,6 +21,14 @@ GradReducer::GradReducer(EngineContext& ctx)
   if (policy.gather_grads) {
     if (!ctx.settings.reduced_aliases_grads)
       reduced_ = ctx.alloc(Category::reduced_grads, bytes(layout.padded_numel, rd));
+  } else if (ctx.settings.offload) {
+    // Optimizer offload: the shard goes to the host in fp32 as each bucket is reduced; it is
+    // also the sum over the micro-batches (no accumulator of its own).
+    offloaded_ = ctx.ledger.allocate(
+        policy.reduced_shard_is_buffer() ? Category::reduced_grads : Category::grads,
+        static_cast<std::size_t>(bytes(layout.shard_numel, DType::f32)), comm::Memory::host);
+    buckets_.resize(layout.buckets.size());
+    return;
   } else {
     reduced_ = ctx.alloc(policy.reduced_shard_is_buffer() ? Category::reduced_grads : Category::grads,
                          bytes(layout.shard_numel, rd));
@@ -59,6 +69,8 @@ void GradReducer::end_step() {
   for (UnitGrads& run : units_) run.reductions = 0;
   reduce_log_.clear();
   if (!accum_.empty()) ctx_.backend->fill_zero(accum_.data(), accum_.bytes());
+  if (!offloaded_.empty() && ctx_.settings.accumulation > 1)
+    ctx_.host_backend->fill_zero(offloaded_.data(), offloaded_.bytes());
 }
 
 Slice GradReducer::grads_of_unit(int u) {
@@ -169,6 +181,11 @@ void GradReducer::start_grad_sync(int first, int last, Allocation input, const S
         full = slice(r.packed_out, rd, 0, G * shard);
       }
       r.work = path_->start(in.cview(), block.view(), full.view(), F.shard_offset);
+    } else if (!offloaded_.empty()) {
+      // Optimizer offload: into a device buffer of the bucket's shard, to the host when done.
+      r.block = ctx_.bucket_buffer(bytes(shard, rd), true);
+      r.work = path_->start(in.cview(), slice(r.block, rd, 0, shard).view(), std::nullopt,
+                            layout.units[first].shard_offset);
     } else {
       const Slice out = slice(reduced_, rd, layout.units[first].shard_offset, shard);
       r.work = path_->start(in.cview(), out.view(), std::nullopt, layout.units[first].shard_offset);
@@ -224,6 +241,11 @@ void GradReducer::unpack_and_accumulate(const Reduction& r) {
   const auto& L = layout.units[r.last];
   const bool aliases = ctx_.settings.reduced_aliases_grads;
   const DType dt = reduced_data_dtype();
+  if (!offloaded_.empty()) {
+    const std::int64_t n = L.shard_offset + L.shard_numel - F.shard_offset;
+    offload_reduced(ctx_, slice(r.block, dt, 0, n), offloaded_.as<float>().data() + F.shard_offset);
+    return;
+  }
   if (!r.packed_out.empty()) {            // stage 0, several units: back to unit-major order
     const ScopeTimer t = ctx_.waiting();  // unpacking the collective's output, as packing its input
     const Allocation& full = aliases ? grads_full_ : reduced_;

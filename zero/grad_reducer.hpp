@@ -38,6 +38,8 @@ class GradReducer {
   DType reduced_data_dtype() const;  // reduced_data's: the working dtype where it aliases the grads
   const void* reduced_data(std::int64_t offset, std::int64_t n) const;
   const Allocation& accumulator() const { return accum_; }
+  // Optimizer offload: the fp32 reduced (and accumulated) shard in host memory, or empty.
+  const Allocation& offloaded() const { return offloaded_; }
   int reductions(int u) const { return units_[static_cast<std::size_t>(u)].reductions; }
   const std::vector<int>& reduce_log() const { return reduce_log_; }
   bool idle() const;  // no reduce_grads call since the last step, none in flight
@@ -65,7 +67,8 @@ class GradReducer {
     int last = 0;
     PathWork work;
     Allocation input;       // the packed bucket, or at stages 2-3 the one unit's gradient buffer
-    Allocation block;       // stage 0: this rank's reduced blocks before the all-gather
+    Allocation block;       // stage 0: this rank's reduced blocks before the all-gather;
+                            // optimizer offload: the reduced shards before they go to the host
     Allocation packed_out;  // stage 0, several units: the all-gathered blocks, rank-major
     std::int64_t issued_at = 0;  // EngineContext::trainer_calls when it was issued
   };
@@ -86,6 +89,7 @@ class GradReducer {
   Allocation reduced_;
   // fp32 sum over micro-batches (gradient_accumulation_steps > 1), shaped like the reduced one.
   Allocation accum_;
+  Allocation offloaded_;  // optimizer offload: the fp32 shard on the host (replaces both above)
   std::vector<BucketFill> buckets_;  // indexed like Layout::buckets
   std::deque<Reduction> in_flight_;  // issued, not finished, oldest first
   std::vector<int> reduce_log_;      // the units passed to reduce_grads since the last step

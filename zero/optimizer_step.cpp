@@ -7,17 +7,19 @@
 
 #include "base/fnv.hpp"
 #include "zero/lr_schedule.hpp"
+#include "zero/offload.hpp"
 
 namespace zero {
 
 // The fp32 gradient of unit u's optimizer region: the accumulator, the reduced buffer itself
 // when it is fp32 already, or else a conversion into one unit-sized scratch (done again in the
 // update pass: converting twice costs far less than an fp32 copy of every gradient at once).
+// With optimizer offload: the fp32 shard the reducer brought to the host.
 class OptimizerStep::GradF32 {
  public:
   GradF32(EngineContext& ctx, const GradReducer& reducer)
       : ctx_(ctx), reducer_(reducer), dtype_(reducer.reduced_data_dtype()) {
-    if (ctx.settings.accumulation == 1 && dtype_ != DType::f32) {
+    if (ctx.settings.accumulation == 1 && dtype_ != DType::f32 && !ctx.settings.offload) {
       std::int64_t most = 0;
       for (int u = 0; u < static_cast<int>(ctx.layout.units.size()); ++u)
         most = std::max(most, ctx.state_count(u));
@@ -26,6 +28,7 @@ class OptimizerStep::GradF32 {
   }
   const float* operator()(int u) {
     const std::int64_t off = ctx_.reduced_offset(u), n = ctx_.state_count(u);
+    if (ctx_.settings.offload) return reducer_.offloaded().as<float>().data() + off;
     if (ctx_.settings.accumulation > 1) return reducer_.accumulator().as<float>().data() + off;
     const void* src = reducer_.reduced_data(off, n);
     if (dtype_ == DType::f32) return static_cast<const float*>(src);
@@ -103,9 +106,9 @@ RankSummary OptimizerStep::summarize(GradF32& grads, std::optional<double> loss)
     const auto& U = ctx_.layout.units[u];
     const float* own =
         grads(u) + (ctx_.policy.gather_grads ? U.shard_range(ctx_.groups.shard_rank).begin : 0);
-    ctx_.backend->squared_norm(own, U.shard_numel, u);
+    ctx_.state_backend().squared_norm(own, U.shard_numel, u);
   }
-  for (double n : ctx_.backend->fetch_norms(nu)) mine.squared_norm += n;  // unit order
+  for (double n : ctx_.state_backend().fetch_norms(nu)) mine.squared_norm += n;  // unit order
   Fnv1a order;
   for (int u : reducer_.reduce_log()) order.add(static_cast<std::uint64_t>(u), 4);
   mine.order = order.value;
@@ -257,19 +260,25 @@ std::vector<kernels::AdamStep> OptimizerStep::adam_steps(StepReport& rep) const 
 }
 
 // The fused update of unit u's state region (from `off`), writing the new working params in the
-// training dtype in the same pass: once per segment of one parameter group.
-void OptimizerStep::update_unit(int u, std::int64_t off, const float* g, const Slice& out,
+// training dtype in the same pass: once per segment of one parameter group. The one seam every
+// optimizer goes through: it runs on the state's backend (the device's kernels, or the CPU's
+// with optimizer offload, zero/offload.hpp), and the new params reach `out` from there.
+void OptimizerStep::update_unit(int u, std::int64_t off, const float* g, const Slice& out_params,
                                 const std::vector<kernels::AdamStep>& steps, std::size_t& seg) {
   float* master = states_.master.as<float>().data();
+  ParamsOut moved(ctx_, out_params);
+  const Slice& out = moved.target();
+  Backend& b = ctx_.state_backend();
   for (; seg < segments_.size() && segments_[seg].unit == u; ++seg) {
     const UpdateSegment& sg = segments_[seg];
     const std::int64_t at = off + sg.begin;
-    ctx_.backend->adamw(master + at, states_.exp_avg.as<float>().data() + at,
-                        states_.exp_avg_sq.as<float>().data() + at, g + sg.begin, sg.count,
-                        steps[static_cast<std::size_t>(sg.group + 1)],
-                        static_cast<char*>(out.data) + bytes(sg.begin, out.dtype), out.dtype,
-                        static_cast<int>(seg));
+    b.adamw(master + at, states_.exp_avg.as<float>().data() + at,
+            states_.exp_avg_sq.as<float>().data() + at, g + sg.begin, sg.count,
+            steps[static_cast<std::size_t>(sg.group + 1)],
+            static_cast<char*>(out.data) + bytes(sg.begin, out.dtype), out.dtype,
+            static_cast<int>(seg));
   }
+  moved.finish();
 }
 
 // 6. AdamW on each unit's region; the new working params go straight where they live
@@ -333,7 +342,7 @@ void OptimizerStep::check_update_finite(std::int64_t step_no) {
   const Layout& layout = ctx_.layout;
   const bool sharded = ctx_.policy.shard_optimizer;
   const auto segments = static_cast<int>(segments_.size());
-  const std::vector<std::int64_t> first = ctx_.backend->fetch_nonfinite(segments);
+  const std::vector<std::int64_t> first = ctx_.state_backend().fetch_nonfinite(segments);
   std::int64_t mine[2] = {-1, -1};
   for (int k = 0; k < segments && mine[0] < 0; ++k) {  // segments are in (unit, offset) order
     if (first[k] < 0) continue;

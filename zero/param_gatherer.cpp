@@ -174,7 +174,7 @@ void ParamGatherer::issue_gathers(bool first_alone) {
         ++j;
       }
     if (j == i + 1) {
-      run.gather = route_->gather(u, slice(states_.shard_params(), wd, U.shard_offset, U.shard_numel),
+      run.gather = route_->gather(u, primary(U.shard_offset, U.shard_numel, run.primary),
                                   slice(run.gathered, wd, 0, U.padded_numel));
       i = j;
       continue;
@@ -186,7 +186,7 @@ void ParamGatherer::issue_gathers(bool first_alone) {
     g.last = last;
     g.packed = ctx_.alloc_unset(Category::gathered, bytes(G * packed.shard(), wd));
     g.handle = ctx_.groups.shard->all_gather_async(
-        slice(states_.shard_params(), wd, layout.units[first].shard_offset, packed.shard()).cview(),
+        primary(layout.units[first].shard_offset, packed.shard(), g.primary).cview(),
         slice(g.packed, wd, 0, G * packed.shard()).view());
     for (int v = first; v <= last; ++v) units_[v].group = first;
     i = j;
@@ -201,6 +201,7 @@ void ParamGatherer::complete_gather(int u) {
       const ScopeTimer t = ctx_.waiting();
       run.gather.wait();
     }
+    run.primary.reset();
     run.state = UnitState::gathered;
     route_->gathered(u, run.gathered);
     return;
@@ -210,6 +211,7 @@ void ParamGatherer::complete_gather(int u) {
     const ScopeTimer t = ctx_.waiting();
     g.handle.wait();
   }
+  g.primary.reset();
   const PackedRun packed{ctx_.layout, g.first, g.last};
   packed.copy(*ctx_.backend, ctx_.groups.shard_ranks, ctx_.work_dtype(),
               static_cast<std::byte*>(g.packed.data()), g.first, g.last,
@@ -229,6 +231,15 @@ void ParamGatherer::release_unit(int u) {
   run.gathered.reset();
   run.state = UnitState::sharded;
   live_elements_ -= ctx_.layout.units[u].padded_numel;
+}
+
+Slice ParamGatherer::primary(std::int64_t offset, std::int64_t count, Allocation& staged) {
+  const DType wd = ctx_.work_dtype();
+  const Slice shard = slice(states_.shard_params(), wd, offset, count);
+  if (shard.memory == ctx_.mem()) return shard;
+  staged = ctx_.alloc_unset(Category::gathered, bytes(count, wd));
+  ctx_.backend->upload(staged.data(), shard.data, static_cast<std::size_t>(bytes(count, wd)));
+  return slice(staged, wd, 0, count);
 }
 
 std::byte* ParamGatherer::full_params_of(int u) const {

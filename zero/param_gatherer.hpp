@@ -58,6 +58,7 @@ class ParamGatherer {
   struct UnitGather {
     UnitState state = UnitState::gathered;
     Allocation gathered;   // the full unit while gathered
+    Allocation primary;    // param offload: its shard on the device while its gather is in flight
     comm::Handle gather;   // its all-gather, while in flight alone
     int group = -1;        // the coalesced gather it is part of (the group's first unit), or -1
   };
@@ -67,6 +68,7 @@ class ParamGatherer {
     int first = 0, last = 0;
     comm::Handle handle;
     Allocation packed;
+    Allocation primary;  // param offload: the group's shards on the device while in flight
   };
   // The prefetch window in the direction of travel: [last, front] has been scanned, every
   // non-persistent unit in it is gathered or on its way, and `ahead` is their padded size beyond
@@ -87,6 +89,9 @@ class ParamGatherer {
   void complete_gather(int u);       // waits for the unit's gather (and its group's)
   void release_unit(int u);          // back to its shard (waiting for a gather in flight)
   std::byte* full_params_of(int u) const;
+  // This rank's primary shards [offset, offset + count) where a gather reads them: the shard
+  // buffer, or with param offload a device copy uploaded now and held in `staged`.
+  Slice primary(std::int64_t offset, std::int64_t count, Allocation& staged);
 
   EngineContext& ctx_;
   ModelStates& states_;

@@ -90,7 +90,7 @@ void validate(const PlanInput& in) {
 Settings settle(const PlanInput& in) {
   validate(in);
   try {
-    return resolve_settings(in.config, in.ranks, in.align_elements);
+    return resolve_settings(in.config, in.ranks, in.align_elements, in.device);
   } catch (const Error& e) {
     if (e.where().key == "communication_data_type") throw Error(cat("reduce dtype: ", e.what()));
     throw;
@@ -196,7 +196,8 @@ class Terms {
 // the optimizer's state covers, as numbers and as the text the terms print.
 struct Formula {
   StagePolicy pol;
-  bool offload = false;
+  bool offload = false;         // the optimizer's state, its fp32 gradient and update on the host
+  bool offload_params = false;  // stage 3's 16-bit param shards on the host
   std::int64_t w = 0, r = 0;  // bytes of the working and the reduce dtype
   std::string wn, rn;         // their names
   std::int64_t P = 0, Sh = 0, state = 0;
@@ -207,6 +208,7 @@ Formula formula_of(const Settings& set, const Sizes& L) {
   Formula f;
   f.pol = set.policy;
   f.offload = set.offload;
+  f.offload_params = set.offload_params;
   f.w = static_cast<std::int64_t>(size_of(set.work_dtype));
   f.r = static_cast<std::int64_t>(size_of(set.reduce_dtype));
   f.wn = std::string(name_of(set.work_dtype));
@@ -228,7 +230,7 @@ void add_params(Terms& t, const Formula& f, const Sizes& L, const Settings& set)
   std::int64_t persistent_full = 0;
   for (const auto& U : L.units)
     if (U.persistent) persistent_full += U.padded_numel;
-  const bool params_alias_master = set.params_alias_master && !f.offload;
+  const bool params_alias_master = set.params_alias_master;
   const std::int64_t w = f.w;
   if (!f.pol.shard_params) {
     if (params_alias_master)
@@ -241,8 +243,9 @@ void add_params(Terms& t, const Formula& f, const Sizes& L, const Settings& set)
   if (params_alias_master)
     t.add("params", "fp32 param shard (is the master shard)", "0 (no copy)", 0);
   else
-    t.add("params", f.wn + " param shard", cat(w, " B x Ψs = ", w, " x ", f.Ss),
-          t.bytes(w, f.Sh, "the param shard"));
+    t.add("params", f.wn + " param shard" + std::string(f.offload_params ? " (offloaded)" : ""),
+          cat(w, " B x Ψs = ", w, " x ", f.Ss), t.bytes(w, f.Sh, "the param shard"),
+          f.offload_params);
   if (persistent_full > 0)
     t.add("params", f.wn + " persistent units (full: below the threshold)",
           cat(w, " B x ", with_commas(persistent_full)),
@@ -285,11 +288,11 @@ void add_persistent_buffers(Terms& t, const Formula& f, const Settings& set) {
              cat(b, " B x Ψs = ", b, " x ", f.Ss), t.bytes(b, f.Sh, "the reduced grad shard"),
              f.offload);
   }
-  if (set.accumulation > 1)
+  // Offloaded, the host's fp32 gradient shard is the sum over the micro-batches itself.
+  if (set.accumulation > 1 && !f.offload)
     t.buffer("fp32 gradient accumulator",
              cat("4 B x ", f.pol.gather_grads ? "Ψp = " + f.Ps : "Ψs = " + f.Ss),
-             t.bytes(4, f.pol.gather_grads ? f.P : f.Sh, "the gradient accumulator"),
-             f.offload && !f.pol.gather_grads);
+             t.bytes(4, f.pol.gather_grads ? f.P : f.Sh, "the gradient accumulator"));
   if (set.compression.error_feedback)  // zero/wire_compress.cpp: every rank's own, full size
     t.buffer("fp32 TopK residual (error feedback)", cat("4 B x Ψp = 4 x ", f.Ps),
              t.bytes(4, f.P, "the TopK residual"));
@@ -306,12 +309,14 @@ plan_detail::EngineRun run_and_check(const PlanInput& in, const Formula& f, cons
     t.checked().fail("the engine's buffers with the activations");
   }
   const std::int64_t states = plan.device.model_states(), buffers = t.persistent_buffers();
-  if (!f.offload && in.optimizer == PlanOptimizer::adam &&
-      (run.states != states || run.base != run.states + buffers))
+  if (in.optimizer == PlanOptimizer::adam &&
+      (run.states != states || run.base != run.states + buffers ||
+       (in.device && run.host_base != plan.host.total())))
     throw std::logic_error(cat("planner: the formulas give ", states, " B of model states and ",
-                               buffers, " B of persistent buffers, the engine holds ", run.states,
-                               " and ", run.base - run.states, " (", plan.terms.size(),
-                               " terms)"));
+                               buffers, " B of persistent buffers (", plan.host.total(),
+                               " B on the host), the engine holds ", run.states, " and ",
+                               run.base - run.states, " (", run.host_base, "; ",
+                               plan.terms.size(), " terms)"));
   return run;
 }
 
@@ -352,6 +357,12 @@ void add_engine_run(Terms& t, Plan& plan, const PlanInput& in, const Formula& f)
   if (act > 0)
     t.add("activations", in.model_name.empty() ? "activations" : in.model_name + " activations",
           cat(with_commas(act), " B, from the model"), act);
+  // Offload's host staging at its peak: a bucket's reduced shard on its way to the host, a
+  // unit's new params on their way to the device (counted by the same run).
+  if (run.host_peak > run.host_base)
+    t.add("buffers", "host staging of the transfers (a reduced bucket, a unit's new params)",
+          "the engine's own host allocations at their peak, counted by running it",
+          run.host_peak - run.host_base, true);
 }
 
 // The plan's facts before any term: the stage, the groups, the sizes, the settings.

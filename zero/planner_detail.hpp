@@ -59,6 +59,9 @@ struct EngineRun {
   std::int64_t peak = 0;            // the most held at once, init_params and both steps
   std::int64_t staging = 0;         // the communicator's staging after the run
   std::int64_t step_transient = 0;  // the second step's peak less base, activations, staging
+  // Host memory beside a device (optimizer or param offload): held after construction, and the
+  // most held at once (init_params and both steps).
+  std::int64_t host_base = 0, host_peak = 0;
   Plan::Phases phases;              // the collectives of one step at the input's accumulation
 };
 EngineRun run_engine(const PlanInput& in);

@@ -31,8 +31,7 @@ GroupedOps issued(const Engine::GroupAccounting& after, const Engine::GroupAccou
 
 
 // The keys of the Config that decide what the engine allocates and issues; the optimizer's
-// hyper-parameters and groups, the schedule and the batch change no byte, and offload is the
-// planner's own term (the engine's config reader refuses it).
+// hyper-parameters and groups, the schedule and the batch change no byte.
 Config engine_config(const Config& in) {
   Config c;
   c.zero.stage = in.zero.stage;
@@ -50,6 +49,8 @@ Config engine_config(const Config& in) {
   c.zero.zero_quantized_gradients = in.zero.zero_quantized_gradients;
   c.zero.zero_quantized_weights = in.zero.zero_quantized_weights;
   c.compression = in.compression;
+  c.zero.offload_optimizer_device = in.zero.offload_optimizer_device;
+  c.zero.offload_param_device = in.zero.offload_param_device;
   return c;
 }
 
@@ -100,6 +101,9 @@ EngineRun run_engine(const PlanInput& in) {
   const MemoryReport built = e.memory();
   run.base = built.ledger.current_total;
   run.states = built.model_states();
+  auto host = [&] { return e.ledger().snapshot(comm::Memory::host); };
+  const bool beside = o.memory == comm::Memory::device;  // a host space of the engine's own
+  if (beside) run.host_base = host().current_total;
   e.init_params([](int, std::span<float>) {});
   e.ledger().record_external(Category::activations, in.activation_bytes, o.memory);
   const Layout& L = e.layout();
@@ -144,6 +148,7 @@ EngineRun run_engine(const PlanInput& in) {
   };
   one_step();
   const std::int64_t first_peak = e.memory().peak_total;
+  if (beside) run.host_peak = host().peak_total;
   e.ledger().reset_peaks();
   record = true;
   one_step();
@@ -158,6 +163,7 @@ EngineRun run_engine(const PlanInput& in) {
   }
   const std::int64_t second_peak = e.memory().peak_total;
   run.peak = std::max(first_peak, second_peak);
+  if (beside) run.host_peak = std::max(run.host_peak, host().peak_total);
   run.staging = e.memory().ledger[Category::comm_staging].current;  // every group's
   run.step_transient = second_peak - run.base - in.activation_bytes - run.staging;
   e.ledger().record_external(Category::activations, -in.activation_bytes, o.memory);

@@ -41,6 +41,27 @@ void check_sizes(const ZeroConfig& z) {
            "below which a unit stays gathered");
 }
 
+// ZeRO-Offload: acts on a device run; a CPU run's optimizer is in host memory already (said once).
+// The offloaded master is a buffer of its own, so the working params never alias it.
+void resolve_offload(const Config& c, bool device, Settings& s) {
+  const bool optimizer = c.zero.offload_optimizer_device == OffloadDevice::cpu;
+  const bool params = c.zero.offload_param_device == OffloadDevice::cpu && s.policy.shard_params;
+  if (optimizer && !s.policy.shard_optimizer)
+    throw Error("optimizer offload needs stage 1, 2 or 3 (stage 0 keeps the full optimizer state "
+                "on every rank)",
+                {.key = "zero_optimization.offload_optimizer.device"});
+  if ((optimizer || params) && !device) {
+    s.notes.push_back(cat(optimizer ? "offload_optimizer" : "offload_param",
+                          " device cpu: this run's ranks compute on the CPU, so the master weights,"
+                          " the optimizer state and its update are in host memory already; nothing"
+                          " moves and the memory is that of the run without offload"));
+    return;
+  }
+  s.offload = optimizer;
+  s.offload_params = params;
+  if (optimizer || params) s.params_alias_master = false;
+}
+
 }  // namespace
 
 void check_groups(const ZeroConfig& z, int world) {
@@ -61,7 +82,7 @@ void check_groups(const ZeroConfig& z, int world) {
                 {.key = "zero_optimization.zero_hpz_partition_size"});
 }
 
-Settings resolve_settings(const Config& c, int world, std::int64_t align_elements) {
+Settings resolve_settings(const Config& c, int world, std::int64_t align_elements, bool device) {
   Settings s;
   check_groups(c.zero, world);
   s.world = world;
@@ -76,11 +97,7 @@ Settings resolve_settings(const Config& c, int world, std::int64_t align_element
   s.stage = c.zero.stage;
   s.policy = kStagePolicy[s.stage];
   resolve_dtypes(c, s);
-  s.offload = c.zero.offload_optimizer_device == OffloadDevice::cpu;
-  if (s.offload && !s.policy.shard_optimizer)
-    throw Error("optimizer offload needs stage 1, 2 or 3 (stage 0 keeps the full optimizer state "
-                "on every rank)",
-                {.key = "zero_optimization.offload_optimizer.device"});
+  resolve_offload(c, device, s);
   s.accumulation = c.gradient_accumulation_steps;
   s.overlap = c.zero.overlap_comm;
   s.layout.shard_ranks = s.shard_size;

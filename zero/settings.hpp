@@ -46,13 +46,16 @@ struct Settings {
   std::int64_t allgather_bucket = kDefaultBucketElements;  // elements per all-gather after the step
   std::int64_t prefetch_window = 0;             // stage 3: elements gathered ahead
   std::int64_t max_live = 0;                    // stage 3: gathered elements at once
-  // ZeRO-Offload (offload_optimizer.device cpu, stages 1-3): the fp32 master, the optimizer
-  // state and the reduced gradient shard live in host memory. The planner sizes it; the
-  // engine's config reader refuses it.
+  // ZeRO-Offload (offload_optimizer.device cpu, stages 1-3, a device run): the fp32 master, the
+  // optimizer state, the fp32 reduced gradient shard and the update live in host memory and run
+  // on the CPU kernels (docs/offload.md). A CPU run's state is in host memory already: false.
   bool offload = false;
   // What travels compressed (zero/compression.hpp): the gradient reduction's encoding, stage 3's
   // gathers.
   WireCompression compression;
+  // offload_param.device cpu at stage 3 on a device run: the 16-bit param shards in host memory,
+  // uploaded for each gather.
+  bool offload_params = false;
   std::vector<std::string> notes;               // what was overridden, one sentence each
 
   // Stage 3's prefetch rule, the engine's: gather a unit of `padded` elements ahead of use when
@@ -66,9 +69,10 @@ struct Settings {
 // Resolves `config` for a world of `world` ranks. Throws zero::Error naming the key on a value no
 // stage can run: a stage outside 0..3, accumulation < 1, a reduce dtype that is neither fp32 nor
 // the training dtype, a group rule broken (check_groups), a bucket under one element, a negative
-// prefetch, live or persistence limit, optimizer offload at stage 0.
+// prefetch, live or persistence limit, optimizer offload at stage 0. `device`: the engine keeps
+// its state in device memory (a GPU, or the emulated device); offload acts only there.
 Settings resolve_settings(const Config& config, int world,
-                          std::int64_t align_elements = kDefaultAlignElements);
+                          std::int64_t align_elements = kDefaultAlignElements, bool device = true);
 
 // The group rules, for a world of `world` ranks: the shard group (mics_shard_size) and the hpZ
 // group (zero_hpz_partition_size) divide the world, and not both are set. resolve_settings

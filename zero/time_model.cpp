@@ -369,6 +369,24 @@ double optimizer_bytes_per_param(const Settings& settings, PlanOptimizer optimiz
   return states + 2 * r + w;
 }
 
+namespace {
+
+// Offload's PCIe bytes over one step: each micro-batch's reduced shard down, the new params up;
+// with param offload each stage-3 gather (forward and backward) uploads its shard first.
+double offload_seconds(const Plan& plan) {
+  const Settings& set = plan.settings;
+  const double shard = static_cast<double>(plan.padded_numel) / plan.shard_size;
+  const double K = static_cast<double>(std::max<std::int64_t>(1, set.accumulation));
+  const double r = static_cast<double>(size_of(set.reduce_dtype));
+  const double w = static_cast<double>(size_of(set.work_dtype));
+  double bytes = 0;
+  if (set.offload) bytes += K * shard * r + shard * w;
+  if (set.offload_params) bytes += 2 * K * shard * w;
+  return bytes / kOffloadPcieBandwidth;
+}
+
+}  // namespace
+
 StepTime estimate_step(const Plan& plan, const PlanInput& in, const TimeInput& t) {
   const ClusterProfile& c = t.cluster;
   validate(c);
@@ -380,10 +398,6 @@ StepTime estimate_step(const Plan& plan, const PlanInput& in, const TimeInput& t
     throw Error(cat("time model: backward's share of the compute must be in [0, 1], got ",
                     t.backward_share));
   const Settings& set = plan.settings;
-  if (set.offload)
-    throw Error(
-        "the time model does not cover optimizer offload: the step runs on the CPU, which no "
-        "cluster profile describes; plan without --offload");
   StepTime s;
   s.stage = plan.stage;
   const Placements at =
@@ -419,9 +433,11 @@ StepTime estimate_step(const Plan& plan, const PlanInput& in, const TimeInput& t
   const double owned =
       static_cast<double>(plan.device.optimizer + plan.host.optimizer) / (4 * states);
   s.optimizer_bytes_per_param = optimizer_bytes_per_param(set, in.optimizer);
-  s.optimizer = owned * s.optimizer_bytes_per_param / (c.hbm_bandwidth * c.hbm_efficiency);
+  s.optimizer = owned * s.optimizer_bytes_per_param /
+                (set.offload ? kOffloadHostBandwidth : c.hbm_bandwidth * c.hbm_efficiency);
+  s.offload = offload_seconds(plan);
 
-  s.step = s.compute + s.comm_exposed + s.optimizer;
+  s.step = s.compute + s.comm_exposed + s.offload + s.optimizer;
   s.tokens_per_second = s.step > 0 ? t.tokens_per_step / s.step : 0;
   s.mfu = s.step > 0 ? t.flops_per_step / (s.step * plan.ranks * c.peak_flops) : 0;
   s.memory_bytes = plan.peak_total;

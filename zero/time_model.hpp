@@ -132,9 +132,10 @@ struct StepTime {
   double exposed_forward = 0, exposed_backward = 0, exposed_step = 0;
   double comm_exposed = 0;  // what the step waits for: the three above
   double compute = 0;       // forward and backward on one GPU
-  double optimizer = 0;     // the optimizer step over this GPU's shard
+  double optimizer = 0;     // the optimizer step over this GPU's shard (on the CPU when offloaded)
   double optimizer_bytes_per_param = 0;
-  double step = 0;  // compute + comm_exposed + optimizer
+  double offload = 0;       // offload's PCIe transfers, waited for (0 without offload)
+  double step = 0;  // compute + comm_exposed + offload + optimizer
   double tokens_per_second = 0;
   double mfu = 0;                  // flops_per_step / (step * ranks * peak_flops)
   std::int64_t memory_bytes = 0;   // the plan's predicted peak per GPU
@@ -147,6 +148,12 @@ struct StepTime {
 // update's: 2r) and writes the new working param (w): 34 for bf16 with an fp32 reduction, 30
 // with bf16 gradients. SGD with momentum keeps one state: 16 + 2r + w.
 double optimizer_bytes_per_param(const Settings& settings, PlanOptimizer optimizer);
+
+// ZeRO-Offload's two figures, the same for every profile: PCIe 4.0 x16's achievable rate between
+// pinned host memory and one GPU, one direction (about 25 GB/s of its 32), and the host memory
+// bandwidth one rank's CPU AdamW streams at (a two-socket node's ~200 GB/s shared by 8 ranks).
+inline constexpr double kOffloadPcieBandwidth = 25e9;
+inline constexpr double kOffloadHostBandwidth = 25e9;
 
 // The time of one optimizer step for `plan` (made from `input`; its settings are plan.settings). Compute is
 // flops_per_step / ranks / (peak_flops * compute_efficiency), split forward / backward by
@@ -163,8 +170,10 @@ double optimizer_bytes_per_param(const Settings& settings, PlanOptimizer optimiz
 //   - step: the new params' all-gather (stages 1-2), the norm and the agreements are waited for.
 // Exposed = what may not hide + max(0, what may hide - the compute it hides behind). The step
 // then is compute + exposed + optimizer (optimizer_bytes_per_param x owned params / (HBM x
-// hbm_efficiency)). Throws zero::Error for optimizer offload (the step runs on the CPU, which no
-// profile describes) and for a bad TimeInput.
+// hbm_efficiency)). With optimizer offload (docs/offload.md) the optimizer streams host memory
+// at kOffloadHostBandwidth instead, and offload's transfers (the reduced shard down at each
+// micro-batch, the new params up, with param offload each gather's shard up) cross PCIe at
+// kOffloadPcieBandwidth, all waited for. Throws zero::Error for a bad TimeInput.
 StepTime estimate_step(const Plan& plan, const PlanInput& input, const TimeInput& time);
 
 // The index of the fastest step among those that fit, or nullopt when none fits.

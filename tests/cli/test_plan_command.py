@@ -74,13 +74,28 @@ adam, sgd = plans("--params", "1e9", "--stage", "0"), plans("--params", "1e9", "
 check("SGD's optimizer state is half of Adam's",
       adam and sgd and close(sgd[0]["optimizer_bytes"] * 2, adam[0]["optimizer_bytes"], 0.001))
 
-# Offload moves state to the host: its own keys, less on the device.
-dev, off = plans("--params", "1e9", "--stage", "2", "-n", "4"), plans("--params", "1e9", "--stage", "2", "-n", "4", "--offload", "cpu")
+# Offload moves state to the host on a GPU: its own keys, less on the device. CPU ranks hold it
+# in host memory already: the same bytes, and a line saying so.
+gpu = ("--params", "1e9", "--stage", "2", "-n", "4", "--device", "cuda")
+dev, off = plans(*gpu), plans(*gpu, "--offload", "cpu")
 check("--offload cpu puts bytes on the host and takes them off the device",
       dev and off and off[0]["host_total_bytes"] > 0 and off[0]["total_bytes"] < dev[0]["total_bytes"])
+cpu = ("--params", "1e9", "--stage", "2", "-n", "4", "--device", "cpu")
+dev, off = plans(*cpu), plans(*cpu, "--offload", "cpu")
+r = run(*cpu, "--offload", "cpu")
+check("--offload cpu on CPU ranks plans the same bytes and says why",
+      dev and off and off[0]["host_total_bytes"] == 0 and off[0]["total_bytes"] == dev[0]["total_bytes"]
+      and "in host memory already" in r.stderr, r.stderr)
 ps = plans("--params", "1e9", "-n", "4", "--offload", "cpu")
 check("--offload cpu plans stages 1-3 (stage 0 has no optimizer shard to move)",
       ps is not None and [p["stage"] for p in ps] == [1, 2, 3])
+
+# The time model counts offload's PCIe transfers and its optimizer on host memory.
+timed = ("--params", "1e9", "--stage", "2", "-n", "8", "--cluster", "h200", "--tokens-per-step", "1M")
+t0, t1 = plans(*timed), plans(*timed, "--offload", "cpu")
+check("--offload cpu with --cluster adds the PCIe transfers to the step",
+      t0 and t1 and t0[0]["time"]["offload_seconds"] == 0 and t1[0]["time"]["offload_seconds"] > 0
+      and t1[0]["time"]["step_seconds"] > t0[0]["time"]["step_seconds"])
 
 # GPT presets and shapes: activations computed, recomputation keeps fewer.
 r = run("--list-presets")
@@ -286,7 +301,6 @@ bad += [
     (["--preset", "gpt2-small", "--cluster", "h200", "--tokens-per-step", "1M"], "--tokens-per-step"),
     (["--params", "1e9", "--tokens-per-step", "1M"], "--cluster"),
     (["--params", "1e9", "--cluster", "h200", "--tokens-per-step", "1M", "--algorithm", "star"], "--algorithm"),
-    (["--params", "1e9", "--cluster", "h200", "--tokens-per-step", "1M", "--offload", "cpu"], "offload"),
     (["--params", "1e9", "--cluster", "h200", "--cluster-file", "x.json"], "--cluster-file"),
     (["--params", "1e9", "--cluster-file", "/nonexistent.json", "--tokens-per-step", "1M"], "/nonexistent.json"),
     (["--params", "1e9", "-n", "16", "--ranks-per-node", "4", "--cluster", "h200", "--tokens-per-step", "1M"],

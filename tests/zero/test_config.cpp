@@ -287,16 +287,35 @@ TEST_CASE("Stage-3 settings below stage 3 warn that they have no effect") {
   CHECK(has_warning(c, "zero_optimization.zero_hpz_partition_size 2 has an effect only at stage 3"));
 }
 
-TEST_CASE("Offloading to cpu or nvme is refused as a feature zero lacks") {
-  CHECK(error_of(R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})") ==
-        "test.json: this configuration needs what zero does not have: offloading the optimizer "
-        "to cpu (zero_optimization.offload_optimizer.device); remove or change that setting");
+TEST_CASE("Offloading to cpu is read; nvme and a partial ratio are refused as features zero lacks") {
+  const Config c = parse(R"({"zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "cpu", "pin_memory": true, "ratio": 1, "buffer_count": 4},
+      "offload_param": {"device": "cpu", "max_in_cpu": 1e9}}})");
+  CHECK(c.zero.offload_optimizer_device == zero::OffloadDevice::cpu);
+  CHECK(c.zero.offload_param_device == zero::OffloadDevice::cpu);
+  CHECK(c.zero.offload_pin_memory);
+  CHECK(c.warnings.empty());
+  const Config old = parse(R"({"zero_optimization": {"stage": 2, "cpu_offload": true}})");
+  CHECK(old.zero.offload_optimizer_device == zero::OffloadDevice::cpu);
+  CHECK_FALSE(old.zero.offload_pin_memory);
+  CHECK(parse(R"({"zero_optimization": {"stage": 3, "cpu_offload_param": true}})")
+            .zero.offload_param_device == zero::OffloadDevice::cpu);
+  CHECK(has_warning(parse(R"({"zero_optimization": {"stage": 2,
+                                                     "offload_param": {"device": "cpu"}}})"),
+                    "zero_optimization.offload_param has an effect only at stage 3 (below it "
+                    "every rank holds the whole 16-bit params)"));
   CHECK(error_of(R"({"zero_optimization": {"offload_param": {"device": "nvme"}}})") ==
-        "test.json: this configuration needs what zero does not have: offloading parameters to "
-        "nvme (zero_optimization.offload_param.device); remove or change that setting");
-  CHECK(error_of(R"({"zero_optimization": {"cpu_offload": true}})") ==
-        "test.json: this configuration needs what zero does not have: offloading the optimizer "
-        "to cpu (zero_optimization.cpu_offload); remove or change that setting");
+        "test.json: this configuration needs what zero does not have: an NVMe tier to offload "
+        "parameters to (zero_optimization.offload_param.device); remove or change that setting");
+  CHECK(error_of(R"({"zero_optimization": {"stage": 1,
+                     "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})") ==
+        "test.json: this configuration needs what zero does not have: offloading only part of "
+        "the optimizer, ratio 0.3 (zero_optimization.offload_optimizer.ratio); remove or change "
+        "that setting");
+  CHECK(has_warning(parse(R"({"zero_optimization": {"stage": 1,
+                     "offload_optimizer": {"device": "cpu", "super_offload": true}}})"),
+                    "zero_optimization.offload_optimizer.super_offload is accepted for "
+                    "compatibility and has no effect: zero runs ZeRO-Offload's schedule"));
   CHECK(parse(R"({"zero_optimization": {"offload_optimizer": {"device": "none",
                                                                "pin_memory": true}}})")
             .warnings.empty());

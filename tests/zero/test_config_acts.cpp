@@ -217,6 +217,15 @@ const std::vector<Row>& rows() {
        [](Config& c) { c.zero.stage3_param_persistence_threshold = 1'000'000; }},
       {"zero_optimization.stage3_max_live_parameters", stage3,
        [](Config& c) { c.zero.stage3_max_live_parameters = 60'000; }},
+      // The plan is a GPU's: offload moves the state to the host (docs/offload.md).
+      {"zero_optimization.offload_optimizer.device", [](Config& c) { c.zero.stage = 2; },
+       [](Config& c) { c.zero.offload_optimizer_device = zero::OffloadDevice::cpu; }},
+      {"zero_optimization.cpu_offload", [](Config& c) { c.zero.stage = 2; },
+       [](Config& c) { c.zero.offload_optimizer_device = zero::OffloadDevice::cpu; }},
+      {"zero_optimization.offload_param.device", stage3,
+       [](Config& c) { c.zero.offload_param_device = zero::OffloadDevice::cpu; }},
+      {"zero_optimization.cpu_offload_param", stage3,
+       [](Config& c) { c.zero.offload_param_device = zero::OffloadDevice::cpu; }},
   };
   return table;
 }

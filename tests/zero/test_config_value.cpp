@@ -205,6 +205,10 @@ TEST_CASE("resolve_settings decides the dtypes, groups, sizes and offload, each 
 
   c.zero.offload_optimizer_device = zero::OffloadDevice::cpu;
   CHECK(zero::resolve_settings(c, 8).offload);
+  // On CPU ranks the state is in host memory already: nothing to offload, said once.
+  const zero::Settings on_cpu = zero::resolve_settings(c, 8, zero::kDefaultAlignElements, false);
+  CHECK_FALSE(on_cpu.offload);
+  CHECK(on_cpu.notes.size() == 1);
   c.zero.stage = 0;
   CHECK_THROWS_WITH(zero::resolve_settings(c, 8),
                     Catch::Matchers::Contains("offload") && Catch::Matchers::Contains("stage"));

@@ -117,6 +117,15 @@ TEST_CASE("Optimizer offload moves master, moments and the fp32 gradient shard t
     CHECK(p.device.params == 2 * (stage == 3 ? S : P));
     CHECK(plan_memory(in).peak_total < plan_memory(bare(1'000'000'000, 8, stage)).peak_total);
   }
+  // Param offload: stage 3's shards on the host too; below stage 3 it changes nothing.
+  PlanInput in = bare(1'000'000'000, 8, 3);
+  in.config.zero.offload_param_device = OffloadDevice::cpu;
+  const Plan p = plan_memory(in);
+  CHECK(p.device.params == 0);
+  CHECK(p.host.params == 2 * (p.padded_numel / 8));
+  CHECK(p.settings.offload_params);
+  in.config.zero.stage = 2;
+  CHECK_FALSE(plan_memory(in).settings.offload_params);
   PlanInput bad = bare(1000, 1, 0);
   bad.config.zero.offload_optimizer_device = OffloadDevice::cpu;
   CHECK_THROWS_WITH(plan_memory(bad), Contains("offload") && Contains("stage"));
