@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "base/fnv.hpp"
+#include "zero/optimizer.hpp"
 
 namespace zero {
 
@@ -218,7 +219,8 @@ ModelStates::ModelStates(EngineContext& ctx) : params_alias_master(ctx.settings.
   const std::int64_t state_n = ctx.policy.shard_optimizer ? layout.shard_numel : layout.padded_numel;
   master = ctx.alloc(Category::master, bytes(state_n, DType::f32));
   exp_avg = ctx.alloc(Category::optimizer_m, bytes(state_n, DType::f32));
-  exp_avg_sq = ctx.alloc(Category::optimizer_v, bytes(state_n, DType::f32));
+  if (state_buffers(ctx.config.optimizer.type) > 1)  // Lion keeps one
+    exp_avg_sq = ctx.alloc(Category::optimizer_v, bytes(state_n, DType::f32));
   if (params_alias_master) return;
   if (ctx.policy.shard_params)
     params_shard = ctx.alloc(Category::params, bytes(layout.shard_numel, ctx.work_dtype()));

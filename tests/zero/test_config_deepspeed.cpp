@@ -334,7 +334,6 @@ TEST_CASE("Every real DeepSpeed config parses or is refused naming the features 
       "accelerate_zero_stage2_offload_config.json",
       "accelerate_zero_stage3_offload_config.json",
       "deepspeed_megatron_ds_config_func_bs4_zero2_offload.json",
-      "examples_bing_bert_lamb_seq128.json",
       "examples_squad_onebitadam_bsz96.json",
       "transformers_ds_config_zero2.json",
       "transformers_ds_config_zero3.json"};
