@@ -169,8 +169,11 @@ TEST_CASE("Lion keeps one fp32 state buffer and LAMB two, and the planner counts
       auto own = w->split(0, w->rank());  // its staging is this engine's alone
       const Config c = config_for(t, stage, 1);
       auto e = make_engine(*own, c);
-      train_steps(*e, 0, 2);
+      train_steps(*e, 0, 1);
+      e->reset_comm_accounting();
+      train_steps(*e, 1, 2);
       const MemoryReport m = e->memory();
+      const Engine::GroupAccounting moved = e->comm_accounting_by_group();
       const std::int64_t state = stage == 0 ? e->layout().padded_numel : e->layout().shard_numel;
       CHECK(m.optimizer == (t == OptimizerType::lion ? 4 : 8) * state);
       CHECK(m.master == 4 * state);
@@ -182,6 +185,16 @@ TEST_CASE("Lion keeps one fp32 state buffer and LAMB two, and the planner counts
       CHECK(p.device.optimizer == m.optimizer);
       CHECK(p.device.model_states() == m.model_states());
       CHECK(p.peak_total == m.peak_total);
+      // And a step's collectives, LAMB's all-gather of its norms among them.
+      auto bytes = [](const comm::Accounting& a) {
+        std::int64_t b = 0;
+        for (const comm::OpStats& o : a.ops) b += static_cast<std::int64_t>(o.payload_bytes);
+        return b;
+      };
+      CHECK(p.traffic.shard == bytes(moved.shard));
+      CHECK(p.traffic.world == bytes(moved.world));
+      CHECK(p.collectives.world.all_gather.calls ==
+            static_cast<std::int64_t>(moved.world[comm::Op::all_gather].calls));
     }
 }
 
