@@ -4,6 +4,7 @@
 // command reads its flags into a Config (the file's, or zero plan's defaults), asks the model
 // (models/gpt_shape.hpp) for its units and activations, and prints what the planner answers.
 #include <algorithm>
+#include <array>
 #include <boost/json.hpp>
 #include <boost/program_options.hpp>
 #include <cmath>
@@ -201,7 +202,7 @@ boost::json::object to_json(const Plan& p, const PlanInput& in, std::optional<st
       {"shard_size", p.shard_size},
       {"precision", std::string(name_of(p.settings.precision))},
       {"reduce_dtype", std::string(name_of(p.settings.reduce_dtype))},
-      {"optimizer", in.optimizer == PlanOptimizer::adam ? "adam" : "sgd"},
+      {"optimizer", std::array{"adam", "sgd", "lamb", "lion"}[static_cast<int>(in.optimizer)]},
       {"offload", p.settings.offload ? "cpu" : "none"},
       {"params_bytes", p.device.params},
       {"grads_bytes", p.device.grads},

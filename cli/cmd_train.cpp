@@ -95,10 +95,10 @@ std::unique_ptr<TrainModel> build_model(const Flags& f, Run& run, int n, int ran
     config.param_groups = models::gpt_param_groups();
     if (rank == 0)
       std::printf(
-          "zero train: AdamW weight decay %g on the blocks' 2-D weights, none on biases, "
+          "zero train: %s weight decay %g on the blocks' 2-D weights, none on biases, "
           "LayerNorm and embeddings (models::gpt_param_groups; a config's param_groups "
           "replace these)\n",
-          config.optimizer.weight_decay);
+          std::string(name_of(config.optimizer.type)).c_str(), config.optimizer.weight_decay);
   }
   return model;
 }

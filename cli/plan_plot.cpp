@@ -14,7 +14,8 @@ const char* const kStageNames[4] = {"stage 0 (DDP)", "stage 1 (P_os)", "stage 2 
                                        "stage 3 (P_os+g+p)"};
 
 std::string optimizer_name(PlanOptimizer o) {
-  return o == PlanOptimizer::adam ? "Adam" : "SGD+momentum";
+  const char* names[] = {"Adam", "SGD+momentum", "LAMB", "Lion"};
+  return names[static_cast<int>(o)];
 }
 
 std::string human_count(std::int64_t n) {

@@ -13,6 +13,8 @@
 
 #include "comm/communicator.hpp"
 #include "kernels/adamw_math.hpp"
+#include "kernels/lamb_math.hpp"
+#include "kernels/lion_math.hpp"
 #include "precision/dtype.hpp"
 #include "zero/ledger.hpp"
 
@@ -61,8 +63,19 @@ class Backend {
   // such element index is kept in numbered slot `slot` (as squared_norm's slots).
   virtual void adamw(float* p, float* m, float* v, const float* g, std::int64_t n,
                      const kernels::AdamStep& step, void* out, DType out_dtype, int slot) = 0;
+  // Lion (kernels/lion_math.hpp) on a shard, as adamw() otherwise (one state buffer, m).
+  virtual void lion(float* p, float* m, const float* g, std::int64_t n,
+                    const kernels::LionStep& step, void* out, DType out_dtype, int slot) = 0;
+  // LAMB's first pass: u[i] = kernels::lamb_direction of each element; nothing else written.
+  virtual void lamb_direction(const float* p, const float* m, const float* v, const float* g,
+                              std::int64_t n, const kernels::LambStep& step, float* u) = 0;
+  // LAMB's second pass over one parameter's piece, rate = step_size x its trust ratio; as
+  // adamw() otherwise.
+  virtual void lamb_apply(float* p, float* m, float* v, const float* g, std::int64_t n,
+                          float rate, const kernels::LambStep& step, void* out, DType out_dtype,
+                          int slot) = 0;
   // Blocks once and returns slots 0..count-1: each the first element of that slot's adamw()
-  // calls whose update was non-finite, or -1; then resets every slot to -1.
+  // (lion(), lamb_apply()) calls whose update was non-finite, or -1; then resets every slot to -1.
   virtual std::vector<std::int64_t> fetch_nonfinite(int count) = 0;
 
   // Host waits for everything queued.

@@ -61,6 +61,12 @@ class CountingBackend final : public Backend {
   }
   void adamw(float*, float*, float*, const float*, std::int64_t, const kernels::AdamStep&, void*,
              DType, int) override {}
+  void lion(float*, float*, const float*, std::int64_t, const kernels::LionStep&, void*, DType,
+            int) override {}
+  void lamb_direction(const float*, const float*, const float*, const float*, std::int64_t,
+                      const kernels::LambStep&, float*) override {}
+  void lamb_apply(float*, float*, float*, const float*, std::int64_t, float,
+                  const kernels::LambStep&, void*, DType, int) override {}
   std::vector<std::int64_t> fetch_nonfinite(int count) override {
     return std::vector<std::int64_t>(static_cast<std::size_t>(count), -1);
   }

@@ -3,6 +3,7 @@
 #include <span>
 
 #include "kernels/cpu/adamw.hpp"
+#include "kernels/cpu/optimizers.hpp"
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/norm.hpp"
 #include "precision/convert.hpp"
@@ -79,10 +80,47 @@ class CpuBackend : public Backend {
         break;
       default: throw Error(cat("cannot write parameters as ", name_of(out_dtype)));
     }
-    if (slot >= static_cast<int>(first_bad_.size()))
-      first_bad_.resize(static_cast<std::size_t>(slot) + 1, -1);
-    std::int64_t& f = first_bad_[static_cast<std::size_t>(slot)];
-    if (bad >= 0 && (f < 0 || bad < f)) f = bad;
+    note_bad(slot, bad);
+  }
+  void lion(float* p, float* m, const float* g, std::int64_t n, const kernels::LionStep& st,
+            void* out, DType out_dtype, int slot) override {
+    const auto k = static_cast<std::size_t>(n);
+    std::span<float> pp(p, k), mm(m, k);
+    std::span<const float> gg(g, k);
+    std::int64_t bad = -1;
+    switch (out_dtype) {
+      case DType::bf16: bad = kernels::cpu::lion_step(pp, mm, gg, st, std::span(static_cast<bf16*>(out), k)); break;
+      case DType::f16: bad = kernels::cpu::lion_step(pp, mm, gg, st, std::span(static_cast<fp16*>(out), k)); break;
+      case DType::f32:
+        bad = kernels::cpu::lion_step(pp, mm, gg, st);
+        copy(out, p, k * sizeof(float));
+        break;
+      default: throw Error(cat("cannot write parameters as ", name_of(out_dtype)));
+    }
+    note_bad(slot, bad);
+  }
+  void lamb_direction(const float* p, const float* m, const float* v, const float* g,
+                      std::int64_t n, const kernels::LambStep& st, float* u) override {
+    const auto k = static_cast<std::size_t>(n);
+    kernels::cpu::lamb_direction(std::span(p, k), std::span(m, k), std::span(v, k),
+                                 std::span(g, k), st, std::span(u, k));
+  }
+  void lamb_apply(float* p, float* m, float* v, const float* g, std::int64_t n, float rate,
+                  const kernels::LambStep& st, void* out, DType out_dtype, int slot) override {
+    const auto k = static_cast<std::size_t>(n);
+    std::span<float> pp(p, k), mm(m, k), vv(v, k);
+    std::span<const float> gg(g, k);
+    std::int64_t bad = -1;
+    switch (out_dtype) {
+      case DType::bf16: bad = kernels::cpu::lamb_apply(pp, mm, vv, gg, rate, st, std::span(static_cast<bf16*>(out), k)); break;
+      case DType::f16: bad = kernels::cpu::lamb_apply(pp, mm, vv, gg, rate, st, std::span(static_cast<fp16*>(out), k)); break;
+      case DType::f32:
+        bad = kernels::cpu::lamb_apply(pp, mm, vv, gg, rate, st);
+        copy(out, p, k * sizeof(float));
+        break;
+      default: throw Error(cat("cannot write parameters as ", name_of(out_dtype)));
+    }
+    note_bad(slot, bad);
   }
   std::vector<std::int64_t> fetch_nonfinite(int count) override {
     std::vector<std::int64_t> out(static_cast<std::size_t>(count), -1);
@@ -94,6 +132,12 @@ class CpuBackend : public Backend {
   void synchronize() override {}
 
  private:
+  void note_bad(int slot, std::int64_t bad) {
+    if (slot >= static_cast<int>(first_bad_.size()))
+      first_bad_.resize(static_cast<std::size_t>(slot) + 1, -1);
+    std::int64_t& f = first_bad_[static_cast<std::size_t>(slot)];
+    if (bad >= 0 && (f < 0 || bad < f)) f = bad;
+  }
   std::vector<double> norms_;
   std::vector<std::int64_t> first_bad_;  // per slot, -1: none
 };

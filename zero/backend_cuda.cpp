@@ -10,6 +10,7 @@
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/device.hpp"
 #include "kernels/cuda/kernels.hpp"
+#include "kernels/cuda/optimizers.hpp"
 #include "zero/backend.hpp"
 #include "base/error.hpp"
 
@@ -186,23 +187,50 @@ class CudaBackend final : public Backend {
     const auto k = static_cast<std::size_t>(n);
     std::span<float> pp(p, k), mm(m, k), vv(v, k);
     std::span<const float> gg(g, k);
-    const std::size_t need = (static_cast<std::size_t>(slot) + 1) * sizeof(std::uint64_t);
-    if (first_bad_.bytes() < need) {
-      // Grown rarely (the first step): the old slots are copied, the new ones set to "none".
-      cu::DeviceBuffer bigger(std::max(need, 2 * first_bad_.bytes()));
-      ZERO_CUDA_CHECK(cudaMemsetAsync(bigger.data(), 0xff, bigger.bytes(), native(stream_)));
-      if (first_bad_.bytes() > 0)
-        ZERO_CUDA_CHECK(cudaMemcpyAsync(bigger.data(), first_bad_.data(), first_bad_.bytes(),
-                                        cudaMemcpyDeviceToDevice, native(stream_)));
-      synchronize();
-      first_bad_ = std::move(bigger);
-    }
-    auto* flag = first_bad_.as<unsigned long long>() + slot;
+    auto* flag = bad_slot(slot);
     switch (out_dtype) {
       case DType::bf16: cu::adamw_step(pp, mm, vv, gg, st, std::span(static_cast<bf16*>(out), k), ref(), flag); break;
       case DType::f16: cu::adamw_step(pp, mm, vv, gg, st, std::span(static_cast<fp16*>(out), k), ref(), flag); break;
       case DType::f32:
         cu::adamw_step(pp, mm, vv, gg, st, ref(), flag);
+        copy(out, p, k * sizeof(float));
+        break;
+      default: throw Error(cat("cannot write parameters as ", name_of(out_dtype)));
+    }
+  }
+  void lion(float* p, float* m, const float* g, std::int64_t n, const kernels::LionStep& st,
+            void* out, DType out_dtype, int slot) override {
+    const auto k = static_cast<std::size_t>(n);
+    std::span<float> pp(p, k), mm(m, k);
+    std::span<const float> gg(g, k);
+    auto* flag = bad_slot(slot);
+    switch (out_dtype) {
+      case DType::bf16: cu::lion_step(pp, mm, gg, st, std::span(static_cast<bf16*>(out), k), ref(), flag); break;
+      case DType::f16: cu::lion_step(pp, mm, gg, st, std::span(static_cast<fp16*>(out), k), ref(), flag); break;
+      case DType::f32:
+        cu::lion_step(pp, mm, gg, st, ref(), flag);
+        copy(out, p, k * sizeof(float));
+        break;
+      default: throw Error(cat("cannot write parameters as ", name_of(out_dtype)));
+    }
+  }
+  void lamb_direction(const float* p, const float* m, const float* v, const float* g,
+                      std::int64_t n, const kernels::LambStep& st, float* u) override {
+    const auto k = static_cast<std::size_t>(n);
+    cu::lamb_direction(std::span(p, k), std::span(m, k), std::span(v, k), std::span(g, k), st,
+                       std::span(u, k), ref());
+  }
+  void lamb_apply(float* p, float* m, float* v, const float* g, std::int64_t n, float rate,
+                  const kernels::LambStep& st, void* out, DType out_dtype, int slot) override {
+    const auto k = static_cast<std::size_t>(n);
+    std::span<float> pp(p, k), mm(m, k), vv(v, k);
+    std::span<const float> gg(g, k);
+    auto* flag = bad_slot(slot);
+    switch (out_dtype) {
+      case DType::bf16: cu::lamb_apply(pp, mm, vv, gg, rate, st, std::span(static_cast<bf16*>(out), k), ref(), flag); break;
+      case DType::f16: cu::lamb_apply(pp, mm, vv, gg, rate, st, std::span(static_cast<fp16*>(out), k), ref(), flag); break;
+      case DType::f32:
+        cu::lamb_apply(pp, mm, vv, gg, rate, st, ref(), flag);
         copy(out, p, k * sizeof(float));
         break;
       default: throw Error(cat("cannot write parameters as ", name_of(out_dtype)));
@@ -224,6 +252,21 @@ class CudaBackend final : public Backend {
 
  private:
   cu::StreamRef ref() const { return cu::StreamRef{stream_}; }
+  // The device u64 of `slot`'s first non-finite element, the slots grown as needed.
+  unsigned long long* bad_slot(int slot) {
+    const std::size_t need = (static_cast<std::size_t>(slot) + 1) * sizeof(std::uint64_t);
+    if (first_bad_.bytes() < need) {
+      // Grown rarely (the first step): the old slots are copied, the new ones set to "none".
+      cu::DeviceBuffer bigger(std::max(need, 2 * first_bad_.bytes()));
+      ZERO_CUDA_CHECK(cudaMemsetAsync(bigger.data(), 0xff, bigger.bytes(), native(stream_)));
+      if (first_bad_.bytes() > 0)
+        ZERO_CUDA_CHECK(cudaMemcpyAsync(bigger.data(), first_bad_.data(), first_bad_.bytes(),
+                                        cudaMemcpyDeviceToDevice, native(stream_)));
+      synchronize();
+      first_bad_ = std::move(bigger);
+    }
+    return first_bad_.as<unsigned long long>() + slot;
+  }
   // Scratch that only grows; the old buffer is released after the work queued on it (the stream
   // is synchronised first, as a reallocation happens at most a few times per run).
   void grow(cu::DeviceBuffer& b, std::size_t bytes) {

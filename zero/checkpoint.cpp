@@ -158,7 +158,7 @@ std::string config_summary(const EngineState& s) {
                  {"gradient_accumulation_steps", c.gradient_accumulation_steps},
                  {"gradient_clipping", c.gradient_clipping},
                  {"optimizer",
-                  {{"type", c.optimizer.type == OptimizerType::adamw ? "AdamW" : "Adam"},
+                  {{"type", std::string(name_of(c.optimizer.type))},
                    {"lr", c.optimizer.lr},
                    {"betas", json::array{c.optimizer.beta1, c.optimizer.beta2}},
                    {"eps", c.optimizer.eps},
@@ -444,7 +444,7 @@ void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
         const std::int64_t unit_pos = U.shard_range(s.shard_rank()).begin + p.shard_offset;
         j.pieces.push_back({p.param, p.param_offset, p.count, total * 4});
         spans.push_back({s.index(u, unit_pos), p.count});
-        total += kStateTensors * p.count;
+        total += s.tensors() * p.count;
       }
     }
     j.size = static_cast<std::size_t>(total) * 4;
@@ -452,7 +452,7 @@ void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
     j.buffer.reserve(j.size);
     std::byte* out = j.buffer.data.get();
     for (const Span& sp : spans)
-      for (int t = 0; t < EngineState::kTensors; ++t) {
+      for (int t = 0; t < s.tensors(); ++t) {
         s.download(t, sp.state, sp.count, out);
         out += static_cast<std::size_t>(sp.count) * 4;
       }
@@ -467,6 +467,7 @@ void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
     m.step = counters.applied_steps;
     m.skipped_steps = counters.skipped_steps;
     m.consecutive_skipped = counters.consecutive_skipped;
+    m.tensors = s.tensors();
     if (s.scaler()) m.loss_scaler = s.scaler()->state();
     m.ranks = s.ranks();
     m.stage = s.config().zero.stage;

@@ -242,6 +242,9 @@ void CheckpointReader::read_file_range(int file, std::int64_t offset, std::span<
 }
 
 void CheckpointReader::read(int param, StateTensor t, std::int64_t begin, std::span<float> out) {
+  if (static_cast<int>(t) >= meta_.tensors)
+    throw Error(cat(folder_, ": holds no ", name_of(t), " (its optimizer keeps ", meta_.tensors - 1,
+                    " state tensor", meta_.tensors == 2 ? "" : "s", ")"));
   const auto& pieces = by_param_.at(static_cast<std::size_t>(param));
   std::int64_t at = begin;
   const std::int64_t end = begin + static_cast<std::int64_t>(out.size());

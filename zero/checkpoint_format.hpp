@@ -19,9 +19,10 @@ inline constexpr const char* kCheckpointMeta = "meta.json";
 // reader that needs part of a file verifies exactly the chunks it reads.
 inline constexpr std::int64_t kCheckpointChunkBytes = std::int64_t{1} << 20;
 
-// The optimizer state a piece holds, in this order in its file: count fp32 values of each.
+// The optimizer state a piece holds, in this order in its file: count fp32 values of each. An
+// optimizer with one state buffer (Lion) writes the first two alone (CheckpointMeta::tensors).
 enum class StateTensor : int { master = 0, exp_avg = 1, exp_avg_sq = 2 };
-inline constexpr int kStateTensors = 3;
+inline constexpr int kStateTensors = 3;  // the most; Adam's and LAMB's
 const char* name_of(StateTensor t);
 
 struct CheckpointParam {
@@ -37,8 +38,9 @@ struct CheckpointFile {
   std::vector<std::uint32_t> crc32c;  // one per kCheckpointChunkBytes chunk
 };
 
-// Elements [begin, begin + count) of one parameter: master, exp_avg and exp_avg_sq as count fp32
-// values each, one after the other from `offset` in file `file`.
+// Elements [begin, begin + count) of one parameter: master, exp_avg and exp_avg_sq (the first
+// CheckpointMeta::tensors of them) as count fp32 values each, one after the other from `offset`
+// in file `file`.
 struct CheckpointPiece {
   int param = 0;  // index in CheckpointMeta::params
   std::int64_t begin = 0, count = 0;
@@ -54,6 +56,9 @@ struct CheckpointMeta {
   std::int64_t step = 0;           // optimizer steps applied (the learning-rate schedule's step)
   std::int64_t skipped_steps = 0;  // steps skipped for non-finite gradients
   std::int64_t consecutive_skipped = 0;
+  // The state tensors each piece holds: the master weights and the optimizer's buffers (3: Adam,
+  // LAMB; 2: Lion). meta.json's "state_tensors", written when not 3.
+  int tensors = kStateTensors;
   std::optional<LossScalerState> loss_scaler;  // fp16 only
   // How the run that saved it was sharded (for reports; loading ignores it).
   int ranks = 1, stage = 0, shard_ranks = 1;

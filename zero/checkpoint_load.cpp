@@ -105,11 +105,16 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
     std::vector<int> index_of;
     const std::string where = (fs::path(out.path) / kCheckpointMeta).string();
     error = compare_params(specs_of(s.layout()), out.meta, where, index_of);
+    if (error.empty() && out.meta.tensors != s.tensors())
+      error = cat(where, ": holds ", out.meta.tensors - 1, " optimizer state tensor",
+                  out.meta.tensors == 2 ? "" : "s", " per parameter, and this run's ",
+                  name_of(s.config().optimizer.type), " keeps ", s.tensors() - 1,
+                  ": resume with the optimizer that saved it");
     if (error.empty()) {
-      for (auto& v : state) v.assign(n, 0.0f);
+      for (int t = 0; t < s.tensors(); ++t) state[t].assign(n, 0.0f);
       CheckpointReader reader(out.path, out.meta);
       auto read = [&](int param, std::int64_t begin, std::int64_t count, std::int64_t at) {
-        for (int t = 0; t < kStateTensors; ++t) {
+        for (int t = 0; t < s.tensors(); ++t) {
           const std::span<float> into = std::span(state[t]).subspan(
               static_cast<std::size_t>(at), static_cast<std::size_t>(count));
           reader.read(index_of[static_cast<std::size_t>(param)], static_cast<StateTensor>(t), begin,
@@ -139,7 +144,7 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
   const std::string agreed = agree(s, error);
   if (!agreed.empty()) throw Error(cat("cannot load checkpoint: ", agreed));
 
-  for (int t = 0; t < kStateTensors; ++t) s.upload(t, state[t].data(), static_cast<std::int64_t>(n));
+  for (int t = 0; t < s.tensors(); ++t) s.upload(t, state[t].data(), static_cast<std::int64_t>(n));
   const CheckpointMeta& m = out.meta;
   s.restore({m.step, m.skipped_steps, m.consecutive_skipped});
   std::optional<LossScaler>& scaler = s.scaler();

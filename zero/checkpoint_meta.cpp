@@ -82,8 +82,7 @@ void read_pieces(const Reader& r, const json::object& o, CheckpointMeta& m) {
     const auto& file = m.files[static_cast<std::size_t>(p.file)];
     if (p.begin > param.numel || p.count > param.numel - p.begin)
       r.fail(cat("a piece of param '", param.name, "' ends past its ", param.numel, " elements"));
-    if (p.count > file.bytes / (kStateTensors * 4) ||
-        p.offset > file.bytes - kStateTensors * 4 * p.count)
+    if (p.count > file.bytes / (m.tensors * 4) || p.offset > file.bytes - m.tensors * 4 * p.count)
       r.fail(cat("a piece of param '", param.name, "' ends past the end of ", file.name));
     m.pieces.push_back(p);
   }
@@ -112,6 +111,7 @@ std::string to_json(const CheckpointMeta& m) {
   o["step"] = m.step;
   o["skipped_steps"] = m.skipped_steps;
   o["consecutive_skipped_steps"] = m.consecutive_skipped;
+  if (m.tensors != kStateTensors) o["state_tensors"] = m.tensors;
   if (m.loss_scaler)
     o["loss_scaler"] = {{"cur_scale", m.loss_scaler->cur_scale},
                         {"cur_iter", m.loss_scaler->cur_iter},
@@ -169,6 +169,8 @@ CheckpointMeta meta_from_json(const std::string& text, const std::string& source
   m.step = r.integer(o, "step");
   m.skipped_steps = r.integer(o, "skipped_steps");
   m.consecutive_skipped = r.integer(o, "consecutive_skipped_steps");
+  if (o.contains("state_tensors"))
+    m.tensors = static_cast<int>(r.integer(o, "state_tensors", 2, kStateTensors));
   if (const json::value& ls = r.at(o, "loss_scaler"); !ls.is_null()) {
     const json::object& l = r.object(ls, "\"loss_scaler\"");
     LossScalerState s;

@@ -95,7 +95,13 @@ DType parse_reduce_dtype(std::string_view name, std::string_view flag) {
 }
 
 std::string_view name_of(OptimizerType t) {
-  return t == OptimizerType::adam ? "Adam" : "AdamW";
+  switch (t) {
+    case OptimizerType::adam: return "Adam";
+    case OptimizerType::adamw: return "AdamW";
+    case OptimizerType::lamb: return "Lamb";
+    case OptimizerType::lion: return "Lion";
+  }
+  return "AdamW";
 }
 
 std::string_view name_of(ScheduleType t) {
@@ -183,13 +189,13 @@ std::string to_json(const Config& c) {
   root["max_consecutive_skipped_steps"] = c.max_consecutive_skipped_steps;
 
   const OptimizerConfig& o = c.optimizer;
-  json::object op{{"lr", o.lr},
-                  {"betas", json::array{o.beta1, o.beta2}},
-                  {"eps", o.eps},
-                  {"weight_decay", o.weight_decay}};
+  json::object op{{"lr", o.lr}, {"betas", json::array{o.beta1, o.beta2}}};
+  if (o.type != OptimizerType::lion) op["eps"] = o.eps;  // FusedLion has no eps
+  op["weight_decay"] = o.weight_decay;
   // DeepSpeed's "Adam" alone means AdamW; plain Adam needs adam_w_mode false.
   if (o.type == OptimizerType::adam) op["adam_w_mode"] = false;
-  if (!o.bias_correction) op["bias_correction"] = false;
+  if (!o.bias_correction && o.type != OptimizerType::lion) op["bias_correction"] = false;
+  if (o.type == OptimizerType::lamb) op["max_coeff"] = o.max_coeff, op["min_coeff"] = o.min_coeff;
   root["optimizer"] = json::object{{"type", name_of(o.type)}, {"params", std::move(op)}};
 
   if (!c.param_groups.empty()) {

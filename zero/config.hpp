@@ -31,7 +31,9 @@ enum class Precision { bf16, fp16, fp32 };
 
 // adam: L2 penalty added to the gradient (torch.optim.Adam). adamw: decoupled weight decay
 // (torch.optim.AdamW). DeepSpeed's "Adam" means adamw unless params.adam_w_mode is false.
-enum class OptimizerType { adam, adamw };
+// lamb: DeepSpeed's FusedLamb (Adam's direction scaled per parameter by a trust ratio). lion:
+// the sign of an interpolated momentum (DeepSpeed's FusedLion). docs/optimizers.md has each.
+enum class OptimizerType { adam, adamw, lamb, lion };
 
 // constant: no scheduler block. The others are DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR.
 enum class ScheduleType { constant, warmup, warmup_linear_decay, warmup_cosine };
@@ -52,6 +54,8 @@ struct OptimizerConfig {
   double eps = 1e-8;                          // added to sqrt(v); > 0
   double weight_decay = 0.0;                  // FusedAdam's default; >= 0
   bool bias_correction = true;                // params.bias_correction: divide m, v by 1 - beta^t
+  double max_coeff = 10.0;                    // LAMB: the trust ratio's upper clamp (FusedLamb's)
+  double min_coeff = 0.01;                    // LAMB: its lower clamp; <= max_coeff
   friend bool operator==(const OptimizerConfig&, const OptimizerConfig&) = default;
 };
 

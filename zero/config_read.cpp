@@ -65,14 +65,66 @@ constexpr std::string_view kAutoFillable[] = {
 // DeepSpeed's optimizers that zero does not implement, as DeepSpeed spells them (lower-cased
 // before matching, as DeepSpeed does).
 constexpr std::pair<std::string_view, std::string_view> kLackedOptimizers[] = {
-    {"lamb", "the LAMB optimizer"},
     {"onebitadam", "the 1-bit Adam optimizer"},
     {"onebitlamb", "the 1-bit LAMB optimizer"},
     {"zerooneadam", "the 0/1 Adam optimizer"},
     {"adagrad", "the Adagrad optimizer"},
-    {"lion", "the Lion optimizer"},
     {"muon", "the Muon optimizer"},
     {"adam_8bit", "the 8-bit Adam optimizer"}};
+
+// The params each optimizer type takes: the constructor arguments of DeepSpeed's class for it
+// (FusedAdam, FusedLamb, FusedLion); an unknown one is a TypeError in DeepSpeed too.
+std::vector<std::string_view> optimizer_params(OptimizerType t) {
+  switch (t) {
+    case OptimizerType::lamb:
+      return {"lr", "betas", "eps", "weight_decay", "bias_correction", "max_coeff", "min_coeff",
+              "eps_inside_sqrt", "amsgrad"};
+    case OptimizerType::lion:
+      return {"lr", "betas", "weight_decay"};
+    default:
+      return {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "bias_correction", "amsgrad"};
+  }
+}
+
+void read_optimizer_params(const ObjectReader& top, const json::value& pv, bool is_adamw_name,
+                           bool& adam_w_mode, OptimizerConfig& o) {
+  if (pv.is_object() && pv.get_object().contains("max_grad_norm"))
+    fail("optimizer.params.max_grad_norm",
+         "not an optimizer parameter (nor in DeepSpeed); use the top-level gradient_clipping");
+  // Adam's own errors name no type (its params are the default ones).
+  const bool adam = o.type == OptimizerType::adam || o.type == OptimizerType::adamw;
+  const std::string context = adam ? std::string() : cat(" (", name_of(o.type), ")");
+  ObjectReader p(pv, "optimizer.params", optimizer_params(o.type), detail::kOptimizerParamsInert,
+                 top.log(), Unknown::refuse, context);
+  // The kernels compute in float: a rate must survive the rounding to float.
+  p.number("lr", o.lr, Num::nonneg_float);
+  p.number("eps", o.eps, Num::positive_float);
+  p.number("weight_decay", o.weight_decay, Num::nonneg_float);
+  if (const json::value* b = p.get("betas")) {
+    const std::string path = p.path_of("betas");
+    constexpr std::string_view what = "two numbers in [0, 1)";
+    if (!b->is_array() || b->get_array().size() != 2) fail_expected(path, what, *b);
+    double b1 = to_number(b->get_array()[0], path, what);
+    double b2 = to_number(b->get_array()[1], path, what);
+    if (!in_range(b1, Num::unit_open) || !in_range(b2, Num::unit_open))
+      fail_expected(path, what, *b);
+    o.beta1 = b1, o.beta2 = b2;
+  }
+  if (p.flag("adam_w_mode", adam_w_mode) && !adam_w_mode && is_adamw_name)
+    top.warnings().push_back(
+        "optimizer.params.adam_w_mode=false has no effect with type AdamW (as in DeepSpeed)");
+  p.flag("bias_correction", o.bias_correction);
+  p.number("max_coeff", o.max_coeff, Num::positive_float);
+  p.number("min_coeff", o.min_coeff, Num::nonneg_float);
+  if (o.min_coeff > o.max_coeff)
+    fail(p.path_of("min_coeff"), cat(o.min_coeff, " is above max_coeff ", o.max_coeff,
+                                     "; the trust ratio is clamped to [min_coeff, max_coeff]"));
+  bool on = false;
+  if (p.flag("amsgrad", on) && on) top.log().lacks(p.path_of("amsgrad"), "AMSGrad");
+  on = false;
+  if (p.flag("eps_inside_sqrt", on) && on)
+    top.log().lacks(p.path_of("eps_inside_sqrt"), "LAMB with eps inside the square root");
+}
 
 void read_optimizer(const ObjectReader& top, OptimizerConfig& o) {
   const json::value* v = top.get("optimizer");
@@ -88,43 +140,22 @@ void read_optimizer(const ObjectReader& top, OptimizerConfig& o) {
       }
     }
   }
-  bool is_adamw_name = false;
   // DeepSpeed lower-cases optimizer names before matching them.
-  if (!s.choice("type", is_adamw_name, {{"Adam", false}, {"AdamW", true}}, true))
-    fail(s.path_of("type"), "missing; expected \"Adam\" or \"AdamW\"");
+  OptimizerType type = OptimizerType::adamw;
+  if (!s.choice("type", type,
+                {{"Adam", OptimizerType::adam},
+                 {"AdamW", OptimizerType::adamw},
+                 {"Lamb", OptimizerType::lamb},
+                 {"Lion", OptimizerType::lion}},
+                true))
+    fail(s.path_of("type"), "missing; expected \"Adam\", \"AdamW\", \"Lamb\" or \"Lion\"");
+  const bool is_adamw_name = type == OptimizerType::adamw;
+  o.type = type;
   bool adam_w_mode = true;  // DeepSpeed's ADAM_W_MODE_DEFAULT
-  if (const json::value* pv = s.get("params")) {
-    if (pv->is_object() && pv->get_object().contains("max_grad_norm"))
-      fail("optimizer.params.max_grad_norm",
-           "not an optimizer parameter (nor in DeepSpeed); use the top-level gradient_clipping");
-    // Constructor arguments of FusedAdam: an unknown one is a TypeError in DeepSpeed too.
-    ObjectReader p(
-        *pv, "optimizer.params",
-        {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "bias_correction", "amsgrad"},
-        detail::kOptimizerParamsInert, top.log());
-    // The kernels compute in float: a rate must survive the rounding to float.
-    p.number("lr", o.lr, Num::nonneg_float);
-    p.number("eps", o.eps, Num::positive_float);
-    p.number("weight_decay", o.weight_decay, Num::nonneg_float);
-    if (const json::value* b = p.get("betas")) {
-      const std::string path = p.path_of("betas");
-      constexpr std::string_view what = "two numbers in [0, 1)";
-      if (!b->is_array() || b->get_array().size() != 2) fail_expected(path, what, *b);
-      double b1 = to_number(b->get_array()[0], path, what);
-      double b2 = to_number(b->get_array()[1], path, what);
-      if (!in_range(b1, Num::unit_open) || !in_range(b2, Num::unit_open))
-        fail_expected(path, what, *b);
-      o.beta1 = b1, o.beta2 = b2;
-    }
-    if (p.flag("adam_w_mode", adam_w_mode) && !adam_w_mode && is_adamw_name)
-      top.warnings().push_back(
-          "optimizer.params.adam_w_mode=false has no effect with type AdamW (as in DeepSpeed)");
-    p.flag("bias_correction", o.bias_correction);
-    bool amsgrad = false;
-    if (p.flag("amsgrad", amsgrad) && amsgrad) top.log().lacks(p.path_of("amsgrad"), "AMSGrad");
-  }
+  if (const json::value* pv = s.get("params"))
+    read_optimizer_params(top, *pv, is_adamw_name, adam_w_mode, o);
   // DeepSpeed: "Adam" runs AdamW unless adam_w_mode is false; "AdamW" always runs AdamW.
-  o.type = is_adamw_name || adam_w_mode ? OptimizerType::adamw : OptimizerType::adam;
+  if (type == OptimizerType::adam) o.type = adam_w_mode ? OptimizerType::adamw : OptimizerType::adam;
 }
 
 void read_param_groups(const ObjectReader& top, std::vector<ParamGroup>& groups) {

@@ -311,6 +311,7 @@ bool EngineState::writes_pieces() const {
 bool EngineState::counting() const { return s_.ctx.options.count_only; }
 bool EngineState::between_steps() const { return s_.reducer.idle(); }
 bool EngineState::sharded() const { return s_.ctx.policy.shard_optimizer; }
+int EngineState::tensors() const { return 1 + state_buffers(s_.ctx.config.optimizer.type); }
 std::int64_t EngineState::elements() const {
   return static_cast<std::int64_t>(s_.states.master.bytes() / sizeof(float));
 }

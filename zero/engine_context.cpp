@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "base/fnv.hpp"
+#include "zero/optimizer.hpp"
 
 namespace zero {
 
@@ -225,7 +226,8 @@ ModelStates::ModelStates(EngineContext& ctx) : params_alias_master(ctx.settings.
   };
   master = state(Category::master);
   exp_avg = state(Category::optimizer_m);
-  exp_avg_sq = state(Category::optimizer_v);
+  if (state_buffers(ctx.config.optimizer.type) > 1)  // Lion keeps one
+    exp_avg_sq = state(Category::optimizer_v);
   if (params_alias_master) return;
   if (ctx.policy.shard_params)
     params_shard = ctx.ledger.allocate(

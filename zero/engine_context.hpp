@@ -197,7 +197,8 @@ struct EngineContext {
   std::int64_t reduced_offset(int u) const;
 };
 
-// The model states: the fp32 master weights and Adam moments (this rank's shards at stages 1-3,
+// The model states: the fp32 master weights and the optimizer's state buffers (exp_avg, and
+// exp_avg_sq unless the optimizer keeps one: zero/optimizer.hpp) (this rank's shards at stages 1-3,
 // full at stage 0, indexed by EngineContext::state_offset) and the working params (full at
 // stages 0-2; at stage 3 this rank's shard of every unit, the gathered units being the
 // ParamGatherer's). fp32 training at stages 0 and 3: the working params are the fp32 master

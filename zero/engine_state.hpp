@@ -29,8 +29,8 @@ class EngineState {
   bool between_steps() const;  // no reduce_grads call since the last step, none in flight
 
   // The optimizer state: tensor t (0 master, 1 exp_avg, 2 exp_avg_sq) of `elements()` floats,
-  // this rank's shards (stages 1-3) or everything (stage 0).
-  static constexpr int kTensors = 3;
+  // this rank's shards (stages 1-3) or everything (stage 0); tensors() of them (2 for Lion).
+  int tensors() const;
   bool sharded() const;
   std::int64_t elements() const;
   // Where element `unit_pos` of unit u (unit coordinates) lives in those tensors.

@@ -47,8 +47,10 @@ OptimizerStep::OptimizerStep(EngineContext& ctx, ModelStates& states, ParamGathe
                              GradReducer& reducer)
     : ctx_(ctx), states_(states), gatherer_(gatherer), reducer_(reducer) {
   const Config& config = ctx.config;
-  segments_ = update_segments(ctx.layout, param_groups_of(ctx.layout, config.param_groups),
-                              ctx.policy.shard_optimizer, ctx.groups.shard_rank);
+  const std::vector<int> groups = param_groups_of(ctx.layout, config.param_groups);
+  optimizer_ = make_optimizer(
+      ctx, groups,
+      update_segments(ctx.layout, groups, ctx.policy.shard_optimizer, ctx.groups.shard_rank));
   if (config.precision == Precision::fp16) {
     LossScalerConfig sc;
     sc.loss_scale = static_cast<float>(config.fp16.loss_scale);
@@ -78,7 +80,7 @@ StepReport OptimizerStep::run(std::optional<double> loss) {
   const std::int64_t step_no = ctx_.stats.applied_steps + ctx_.stats.skipped_steps + 1;
   if (skip(rep, squared, step_no)) return rep;
   ctx_.stats.consecutive_skipped_steps = 0;
-  update(grads, adam_steps(rep));
+  update(grads, scalars(rep));
   check_update_finite(step_no);
   ++ctx_.stats.applied_steps;
   rep.step = ctx_.stats.applied_steps;
@@ -229,9 +231,8 @@ bool OptimizerStep::skip(StepReport& rep, double squared, std::int64_t step_no) 
 }
 
 // 5. Clip by the global norm (DeepSpeed: coefficient = max_norm / (norm + 1e-6) when below 1),
-//    and the step's scalars for the optimizer's own settings ([0]) and each parameter group
-//    ([g + 1]).
-std::vector<kernels::AdamStep> OptimizerStep::adam_steps(StepReport& rep) const {
+//    and the step's scalars, from which the optimizer makes its own for each parameter group.
+StepScalars OptimizerStep::scalars(StepReport& rep) const {
   const Config& config = ctx_.config;
   if (config.gradient_clipping > 0) {
     const double c = config.gradient_clipping / (rep.grad_norm + 1e-6);
@@ -239,67 +240,52 @@ std::vector<kernels::AdamStep> OptimizerStep::adam_steps(StepReport& rep) const 
   }
   const std::int64_t applied = ctx_.stats.applied_steps;
   rep.lr = lr_at(config.scheduler, config.optimizer.lr, applied);
-  kernels::AdamHyper h;
-  h.beta1 = config.optimizer.beta1;
-  h.beta2 = config.optimizer.beta2;
-  h.eps = config.optimizer.eps;
-  h.weight_decay = config.optimizer.weight_decay;
-  h.mode = config.optimizer.type == OptimizerType::adamw ? kernels::AdamMode::adamw
-                                                         : kernels::AdamMode::adam_l2;
-  h.bias_correction = config.optimizer.bias_correction;
-  const auto grad_scale =
+  StepScalars sc;
+  sc.lr = rep.lr;
+  sc.step = applied + 1;
+  sc.grad_scale =
       static_cast<float>((1.0 / rep.loss_scale) * mean_factor() * rep.clip_coefficient);
-  std::vector<kernels::AdamStep> steps;
-  steps.push_back(kernels::make_adam_step(h, rep.lr, applied + 1, grad_scale));
-  for (const ParamGroup& g : config.param_groups) {
-    kernels::AdamHyper hg = h;
-    if (g.weight_decay) hg.weight_decay = *g.weight_decay;
-    steps.push_back(kernels::make_adam_step(hg, rep.lr * g.lr_scale, applied + 1, grad_scale));
-  }
-  return steps;
+  return sc;
 }
 
-// The fused update of unit u's state region (from `off`), writing the new working params in the
-// training dtype in the same pass: once per segment of one parameter group. The one seam every
-// optimizer goes through: it runs on the state's backend (the device's kernels, or the CPU's
-// with optimizer offload, zero/offload.hpp), and the new params reach `out` from there.
-void OptimizerStep::update_unit(int u, std::int64_t off, const float* g, const Slice& out_params,
-                                const std::vector<kernels::AdamStep>& steps, std::size_t& seg) {
-  float* master = states_.master.as<float>().data();
+// Unit u's region of the state, its gradient g and where its new working params go.
+RegionUpdate OptimizerStep::region(int u, const float* g, const Slice& out) const {
+  const std::int64_t off = ctx_.state_offset(u);
+  RegionUpdate r;
+  r.unit = u;
+  r.p = states_.master.as<float>().data() + off;
+  r.m = states_.exp_avg.as<float>().data() + off;
+  r.v = !states_.exp_avg_sq.empty() ? states_.exp_avg_sq.as<float>().data() + off : nullptr;
+  r.g = g;
+  r.out = out;
+  return r;
+}
+
+// The optimizer on unit u's region. The one seam every optimizer goes through: it runs on the
+// state's backend (the device's kernels, or the CPU's with optimizer offload, zero/offload.hpp),
+// and the new params reach `out_params` from there.
+void OptimizerStep::update_unit(int u, const float* g, const Slice& out_params) {
   ParamsOut moved(ctx_, out_params);
-  const Slice& out = moved.target();
-  Backend& b = ctx_.state_backend();
-  for (; seg < segments_.size() && segments_[seg].unit == u; ++seg) {
-    const UpdateSegment& sg = segments_[seg];
-    const std::int64_t at = off + sg.begin;
-    b.adamw(master + at, states_.exp_avg.as<float>().data() + at,
-            states_.exp_avg_sq.as<float>().data() + at, g + sg.begin, sg.count,
-            steps[static_cast<std::size_t>(sg.group + 1)],
-            static_cast<char*>(out.data) + bytes(sg.begin, out.dtype), out.dtype,
-            static_cast<int>(seg));
-  }
+  optimizer_->update(region(u, g, moved.target()));
   moved.finish();
 }
 
-// 6. AdamW on each unit's region; the new working params go straight where they live
+// 6. The optimizer on each unit's region; the new working params go straight where they live
 //    (stage 0: the full buffer; stage 3: the shard) or through an all-gather (stages 1-2).
-void OptimizerStep::update(GradF32& grads, const std::vector<kernels::AdamStep>& steps) {
+void OptimizerStep::update(GradF32& grads, const StepScalars& sc) {
+  optimizer_->begin_step(sc, [&](int u) { return region(u, grads(u), Slice{}); });
   const auto nu = static_cast<int>(ctx_.layout.units.size());
   const DType wd = ctx_.work_dtype();
-  std::size_t seg = 0;
   std::size_t next_run = 0;  // the gatherer's after-step runs, in unit order
   for (int u = 0; u < nu; ++u) {
     const auto& U = ctx_.layout.units[u];
-    const std::int64_t off = ctx_.state_offset(u);
     if (ctx_.policy.after_step == ParamsAfterStep::update_full) {
-      update_unit(u, off, grads(u), slice(states_.full_params(), wd, U.offset, U.padded_numel),
-                  steps, seg);
+      update_unit(u, grads(u), slice(states_.full_params(), wd, U.offset, U.padded_numel));
     } else if (!gatherer_.gathers_params(u)) {
-      update_unit(u, off, grads(u), slice(states_.shard_params(), wd, U.shard_offset, U.shard_numel),
-                  steps, seg);
+      update_unit(u, grads(u), slice(states_.shard_params(), wd, U.shard_offset, U.shard_numel));
     } else {
       const ParamGatherer::Run run = gatherer_.after_step_runs()[next_run++];
-      update_run(grads, run, steps, seg);
+      update_run(grads, run);
       u = run.last;
     }
   }
@@ -307,8 +293,7 @@ void OptimizerStep::update(GradF32& grads, const std::vector<kernels::AdamStep>&
 
 // A run of units whose new shards are staged side by side (this rank's shards of the run are
 // contiguous in shard order) and all-gathered as one collective.
-void OptimizerStep::update_run(GradF32& grads, const ParamGatherer::Run& run,
-                               const std::vector<kernels::AdamStep>& steps, std::size_t& seg) {
+void OptimizerStep::update_run(GradF32& grads, const ParamGatherer::Run& run) {
   const DType wd = ctx_.work_dtype();
   const auto& F = ctx_.layout.units[run.first];
   const auto& L = ctx_.layout.units[run.last];
@@ -321,8 +306,7 @@ void OptimizerStep::update_run(GradF32& grads, const ParamGatherer::Run& run,
   const std::int64_t mine = one ? 0 : ctx_.groups.shard_rank * n;
   for (int v = run.first; v <= run.last; ++v) {
     const auto& V = ctx_.layout.units[v];
-    update_unit(v, ctx_.state_offset(v), grads(v),
-                slice(staged, wd, mine + V.shard_offset - base, V.shard_numel), steps, seg);
+    update_unit(v, grads(v), slice(staged, wd, mine + V.shard_offset - base, V.shard_numel));
   }
   gatherer_.all_gather_run(run, staged);
   ctx_.spares.keep(std::move(staged));
@@ -341,12 +325,13 @@ void OptimizerStep::update_run(GradF32& grads, const ParamGatherer::Run& run,
 void OptimizerStep::check_update_finite(std::int64_t step_no) {
   const Layout& layout = ctx_.layout;
   const bool sharded = ctx_.policy.shard_optimizer;
-  const auto segments = static_cast<int>(segments_.size());
+  const std::vector<UpdateSegment>& slots = optimizer_->slots();
+  const auto segments = static_cast<int>(slots.size());
   const std::vector<std::int64_t> first = ctx_.state_backend().fetch_nonfinite(segments);
   std::int64_t mine[2] = {-1, -1};
   for (int k = 0; k < segments && mine[0] < 0; ++k) {  // segments are in (unit, offset) order
     if (first[k] < 0) continue;
-    const UpdateSegment& sg = segments_[k];
+    const UpdateSegment& sg = slots[static_cast<std::size_t>(k)];
     mine[0] = sg.unit;  // the state region is the rank's shard of the unit, or the whole unit
     mine[1] = sg.begin + first[k] +
               (sharded ? layout.units[sg.unit].shard_range(ctx_.groups.shard_rank).begin : 0);

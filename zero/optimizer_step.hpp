@@ -1,18 +1,21 @@
 // OptimizerStep: Engine::step() as named parts. Waits for the reductions, agrees across ranks on
 // the call order, the loss and the global gradient norm, then skips (overflow) or updates: clip,
 // AdamW on each shard, the cast to the working dtype, the all-gather of the new params, and the
-// agreement that no update made the state non-finite. Owns what only the step uses: the update's
-// segments (zero/param_groups.hpp) and the fp16 loss scaler.
+// agreement that no update made the state non-finite. Owns what only the step uses: the
+// optimizer (zero/optimizer.hpp: Adam/AdamW, Lion or LAMB over the update's segments) and the
+// fp16 loss scaler.
 // Internal to zero/: not part of the public API.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "precision/loss_scaler.hpp"
 #include "zero/engine_context.hpp"
 #include "zero/grad_reducer.hpp"
+#include "zero/optimizer.hpp"
 #include "zero/param_gatherer.hpp"
 #include "zero/param_groups.hpp"
 
@@ -48,12 +51,12 @@ class OptimizerStep {
   void check_same_calls(const std::vector<RankSummary>& all);
   StepReport report(const std::vector<RankSummary>& all, double& squared) const;
   bool skip(StepReport& rep, double squared, std::int64_t step_no);
-  std::vector<kernels::AdamStep> adam_steps(StepReport& rep) const;
-  void update(GradF32& grads, const std::vector<kernels::AdamStep>& steps);
-  void update_run(GradF32& grads, const ParamGatherer::Run& run,
-                  const std::vector<kernels::AdamStep>& steps, std::size_t& seg);
-  void update_unit(int u, std::int64_t off, const float* g, const Slice& out,
-                   const std::vector<kernels::AdamStep>& steps, std::size_t& seg);
+  StepScalars scalars(StepReport& rep) const;
+  RegionUpdate region(int u, const float* g, const Slice& out) const;
+  // The optimizer on unit u's region, its new params moved to `out_params` (optimizer offload).
+  void update_unit(int u, const float* g, const Slice& out_params);
+  void update(GradF32& grads, const StepScalars& sc);
+  void update_run(GradF32& grads, const ParamGatherer::Run& run);
   void check_update_finite(std::int64_t step_no);
   void end_step();
   double mean_factor() const;  // 1 / (ranks x micro-batches) for GradReduction::mean, else 1
@@ -62,9 +65,9 @@ class OptimizerStep {
   ModelStates& states_;
   ParamGatherer& gatherer_;
   GradReducer& reducer_;
-  // The update's segments: unit by unit, each of one parameter group; a segment's index is its
-  // Backend slot (adamw, fetch_nonfinite).
-  std::vector<UpdateSegment> segments_;
+  // The update, over segments of one parameter group unit by unit; a slot's index is its
+  // Backend slot (fetch_nonfinite).
+  std::unique_ptr<Optimizer> optimizer_;
   std::optional<LossScaler> scaler_;  // fp16 only
 };
 

@@ -53,10 +53,21 @@ std::vector<UnitSpec> uniform_units(std::int64_t params, int units) {
 }
 
 
+int state_buffers(PlanOptimizer o) {
+  return o == PlanOptimizer::adam || o == PlanOptimizer::lamb ? 2 : 1;
+}
+
+PlanOptimizer plan_optimizer_of(OptimizerType t) {
+  return t == OptimizerType::lamb   ? PlanOptimizer::lamb
+         : t == OptimizerType::lion ? PlanOptimizer::lion
+                                    : PlanOptimizer::adam;
+}
+
 PlanInput plan_input_from_config(const Config& config, int ranks) {
   PlanInput in;
   in.ranks = ranks;
   in.config = config;
+  in.optimizer = plan_optimizer_of(config.optimizer.type);
   return in;
 }
 
@@ -265,13 +276,16 @@ void add_grads(Terms& t, const Formula& f) {
           t.bytes(f.r, f.Sh, "the grad shard"));
 }
 
-// The fp32 master weights and the optimizer's state (Adam's m and v, or SGD's momentum).
+// The fp32 master weights and the optimizer's state (Adam's or LAMB's m and v, SGD's or Lion's
+// momentum).
 void add_optimizer_states(Terms& t, const Formula& f, PlanOptimizer optimizer) {
-  const std::int64_t opt_states = optimizer == PlanOptimizer::adam ? 2 : 1;
+  const std::int64_t opt_states = state_buffers(optimizer);
+  const char* names[] = {"fp32 Adam m and v", "fp32 SGD momentum", "fp32 LAMB m and v",
+                         "fp32 Lion momentum"};
   t.add("master", "fp32 master weights" + std::string(f.pol.shard_optimizer ? " (shard)" : " (full)"),
         cat("4 B x ", f.state_name, " = 4 x ", f.state_count),
         t.bytes(4, f.state, "the master weights"), f.offload);
-  t.add("optimizer", optimizer == PlanOptimizer::adam ? "fp32 Adam m and v" : "fp32 SGD momentum",
+  t.add("optimizer", names[static_cast<int>(optimizer)],
         cat(4 * opt_states, " B x ", f.state_name, " = ", 4 * opt_states, " x ", f.state_count),
         t.bytes(4 * opt_states, f.state, "the optimizer state"), f.offload);
 }
@@ -299,7 +313,8 @@ void add_persistent_buffers(Terms& t, const Formula& f, const Settings& set) {
 }
 
 // The engine's counting run, checked against the formulas above (they must agree on the model
-// states and the persistent buffers where the engine holds them: on the device, Adam).
+// states and the persistent buffers where the engine holds them: on the device, an optimizer the
+// engine runs).
 plan_detail::EngineRun run_and_check(const PlanInput& in, const Formula& f, const Plan& plan,
                                      const Terms& t) {
   plan_detail::EngineRun run;
@@ -309,7 +324,7 @@ plan_detail::EngineRun run_and_check(const PlanInput& in, const Formula& f, cons
     t.checked().fail("the engine's buffers with the activations");
   }
   const std::int64_t states = plan.device.model_states(), buffers = t.persistent_buffers();
-  if (in.optimizer == PlanOptimizer::adam &&
+  if (in.optimizer != PlanOptimizer::sgd_momentum &&
       (run.states != states || run.base != run.states + buffers ||
        (in.device && run.host_base != plan.host.total())))
     throw std::logic_error(cat("planner: the formulas give ", states, " B of model states and ",

@@ -33,7 +33,10 @@ std::int64_t count_params(const std::vector<UnitSpec>& units);
 // by its size. Throws zero::Error for a count < 1 or units < 1 or units > count.
 std::vector<UnitSpec> uniform_units(std::int64_t params, int units);
 
-enum class PlanOptimizer { adam, sgd_momentum };  // Adam/AdamW: m and v; SGD: one momentum buffer
+// The optimizer's state: Adam/AdamW and LAMB keep m and v, SGD and Lion one momentum buffer.
+enum class PlanOptimizer { adam, sgd_momentum, lamb, lion };
+int state_buffers(PlanOptimizer o);               // 2 or 1
+PlanOptimizer plan_optimizer_of(OptimizerType t);  // the one Config::optimizer names
 
 // What the planner needs: the model as units and activation bytes (models/gpt_shape.hpp gives
 // a GPT's, uniform_units a bare count's), the ranks, and the run's Config, whose every rule
@@ -49,7 +52,8 @@ struct PlanInput {
   int ranks = 1;                     // N: data-parallel ranks
   int ranks_per_node = 1;            // for reports and the time model's placement
   Config config;                     // the run's settings, as the engine reads them
-  // The optimizer's state: Config names only Adam(W); the planner also sizes SGD's one buffer.
+  // The optimizer's state (plan_input_from_config: Config::optimizer's); the planner also sizes
+  // SGD's one buffer, which the engine does not run (its count is then the formula's alone).
   PlanOptimizer optimizer = PlanOptimizer::adam;
   std::int64_t align_elements = kDefaultAlignElements;
   // The MPI backend's staging (comm::Options): chunk bytes per peer and pipeline slots (used

@@ -32,8 +32,11 @@ GroupedOps issued(const Engine::GroupAccounting& after, const Engine::GroupAccou
 
 // The keys of the Config that decide what the engine allocates and issues; the optimizer's
 // hyper-parameters and groups, the schedule and the batch change no byte.
-Config engine_config(const Config& in) {
+Config engine_config(const Config& in, PlanOptimizer optimizer) {
   Config c;
+  c.optimizer.type = optimizer == PlanOptimizer::lamb   ? OptimizerType::lamb
+                     : optimizer == PlanOptimizer::lion ? OptimizerType::lion
+                                                        : OptimizerType::adamw;
   c.zero.stage = in.zero.stage;
   c.precision = in.precision;
   c.communication_data_type = in.communication_data_type;
@@ -83,7 +86,7 @@ void add(GroupedOps& into, const GroupedOps& x, std::int64_t times) {
 }
 
 EngineRun run_engine(const PlanInput& in) {
-  Config c = engine_config(in.config);
+  Config c = engine_config(in.config, in.optimizer);
   c.gradient_accumulation_steps = std::min<std::int64_t>(c.gradient_accumulation_steps, 2);
   EngineOptions o;
   o.count_only = true;

@@ -365,7 +365,7 @@ double collective_seconds(comm::Op op, const OpCount& count, const GroupPlacemen
 double optimizer_bytes_per_param(const Settings& settings, PlanOptimizer optimizer) {
   const double r = static_cast<double>(size_of(settings.reduce_dtype));
   const double w = static_cast<double>(size_of(settings.work_dtype));
-  const double states = optimizer == PlanOptimizer::adam ? 24 : 16;  // master + state(s), r+w
+  const double states = 8.0 + 8.0 * state_buffers(optimizer);  // master + state(s), r+w
   return states + 2 * r + w;
 }
 
@@ -429,7 +429,7 @@ StepTime estimate_step(const Plan& plan, const PlanInput& in, const TimeInput& t
   s.comm_exposed = s.exposed_forward + s.exposed_backward + s.exposed_step;
 
   // The optimizer: this rank's shard of the state (m and v, or the momentum, 4 B each).
-  const double states = in.optimizer == PlanOptimizer::adam ? 2 : 1;
+  const double states = state_buffers(in.optimizer);
   const double owned =
       static_cast<double>(plan.device.optimizer + plan.host.optimizer) / (4 * states);
   s.optimizer_bytes_per_param = optimizer_bytes_per_param(set, in.optimizer);

@@ -332,14 +332,45 @@ TEST_CASE("DeepSpeed's Adam means AdamW unless adam_w_mode is false") {
                     "(as in DeepSpeed)"));
 }
 
+TEST_CASE("DeepSpeed's Lamb and Lion act with their own params, and only those") {
+  const Config lamb = parse(R"({"optimizer": {"type": "Lamb", "params": {"lr": 11e-3,
+      "weight_decay": 0.01, "bias_correction": false, "max_coeff": 0.3, "min_coeff": 0.01}}})");
+  CHECK(lamb.optimizer.type == zero::OptimizerType::lamb);
+  CHECK(lamb.optimizer.lr == 11e-3);
+  CHECK(lamb.optimizer.weight_decay == 0.01);
+  CHECK_FALSE(lamb.optimizer.bias_correction);
+  CHECK(lamb.optimizer.max_coeff == 0.3);
+  CHECK(lamb.optimizer.min_coeff == 0.01);
+  CHECK(parse(to_json(lamb)) == lamb);
+  const Config fused_defaults = parse(R"({"optimizer": {"type": "lamb"}})");  // any case
+  CHECK(fused_defaults.optimizer.max_coeff == 10.0);
+  CHECK(fused_defaults.optimizer.min_coeff == 0.01);
+  const Config lion = parse(R"({"optimizer": {"type": "Lion", "params": {"lr": 1e-4,
+      "betas": [0.9, 0.99], "weight_decay": 0.1}}})");
+  CHECK(lion.optimizer.type == zero::OptimizerType::lion);
+  CHECK(lion.optimizer.beta2 == 0.99);
+  CHECK(parse(to_json(lion)) == lion);
+  // FusedLion has no eps, FusedLamb no adam_w_mode: a TypeError in DeepSpeed, an error here.
+  CHECK_THAT(error_of(R"({"optimizer": {"type": "Lion", "params": {"eps": 1e-8}}})"),
+             Catch::Contains("unknown key 'eps' in optimizer.params (Lion)"));
+  CHECK_THAT(error_of(R"({"optimizer": {"type": "Lamb", "params": {"adam_w_mode": true}}})"),
+             Catch::Contains("unknown key 'adam_w_mode' in optimizer.params (Lamb)"));
+  CHECK(error_of(R"({"optimizer": {"type": "Lamb", "params": {"max_coeff": 0.1,
+      "min_coeff": 0.2}}})") == "optimizer.params.min_coeff: 0.2 is above max_coeff 0.1; the "
+                                "trust ratio is clamped to [min_coeff, max_coeff]");
+  CHECK(error_of(R"({"optimizer": {"type": "Lamb", "params": {"eps_inside_sqrt": true}}})") ==
+        "test.json: this configuration needs what zero does not have: LAMB with eps inside the "
+        "square root (optimizer.params.eps_inside_sqrt); remove or change that setting");
+}
+
 TEST_CASE("Optimizer settings zero cannot honour are errors, not silent changes") {
-  CHECK(error_of(R"({"optimizer": {"type": "Lion"}})") ==
-        "test.json: this configuration needs what zero does not have: the Lion optimizer "
+  CHECK(error_of(R"({"optimizer": {"type": "Adagrad"}})") ==
+        "test.json: this configuration needs what zero does not have: the Adagrad optimizer "
         "(optimizer.type); remove or change that setting");
   CHECK(error_of(R"({"optimizer": {"type": "SGD"}})") ==
-        "optimizer.type: expected \"Adam\" or \"AdamW\", got string \"SGD\"");
+        "optimizer.type: expected \"Adam\", \"AdamW\", \"Lamb\" or \"Lion\", got string \"SGD\"");
   CHECK(error_of(R"({"optimizer": {"params": {"lr": 0.1}}})") ==
-        "optimizer.type: missing; expected \"Adam\" or \"AdamW\"");
+        "optimizer.type: missing; expected \"Adam\", \"AdamW\", \"Lamb\" or \"Lion\"");
   CHECK(error_of(R"({"optimizer": {"type": "AdamW", "params": {"amsgrad": true}}})") ==
         "test.json: this configuration needs what zero does not have: AMSGrad "
         "(optimizer.params.amsgrad); remove or change that setting");

@@ -156,6 +156,11 @@ const std::vector<Row>& rows() {
       // Biases without decay at half the lr: their updates change (the MLP's "layer{l}.bias").
       {"param_groups", [](Config& c) { c.optimizer.weight_decay = 0.1; },
        [](Config& c) { c.param_groups.push_back({{"*.bias"}, 0.0, 0.5}); }},
+      // LAMB's clamp: the MLP's trust ratios lie inside [0.01, 10]; these move them.
+      {"optimizer.params.max_coeff", [](Config& c) { c.optimizer.type = zero::OptimizerType::lamb; },
+       [](Config& c) { c.optimizer.max_coeff = 1e-3, c.optimizer.min_coeff = 1e-4; }},
+      {"optimizer.params.min_coeff", [](Config& c) { c.optimizer.type = zero::OptimizerType::lamb; },
+       [](Config& c) { c.optimizer.min_coeff = 5; }},
       {"optimizer.params.bias_correction", none,
        [](Config& c) { c.optimizer.bias_correction = false; }},
       {"scheduler.type", none, warmup},

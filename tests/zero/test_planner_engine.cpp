@@ -25,6 +25,7 @@ struct Case {
   std::int64_t bucket = 0;   // reduce and all-gather bucket size (0: the default, 5e8)
   int shard = -1;            // mics_shard_size (-1: flat)
   int hpz = 1;               // zero_hpz_partition_size (1: off)
+  OptimizerType optimizer = OptimizerType::adamw;
 };
 
 void compare(comm::Communicator& parent, const Case& c) {
@@ -47,6 +48,7 @@ void compare(comm::Communicator& parent, const Case& c) {
   spec.shape = models::MlpShape{4, 40, 48, 3};
   Config config = zero::testing::make_config(spec);
   config.zero.stage3_prefetch_bucket_size = c.prefetch;
+  config.optimizer.type = c.optimizer;
 
   const int n = world.size();
   const std::int64_t micro = spec.shape.global_batch / (n * spec.accumulation);
@@ -72,6 +74,7 @@ void compare(comm::Communicator& parent, const Case& c) {
                 << name_of(c.reduce) << ", accumulation " << c.accumulation << ", overlap "
                 << c.overlap << ", persistence " << c.persistence << ", prefetch " << c.prefetch
                 << ", bucket " << c.bucket << ", shard groups of " << c.shard << ", hpZ " << c.hpz
+                << ", " << name_of(c.optimizer)
                 << "\n"
                 << explain(p) << describe(m.ledger));
   CHECK(p.device.params == m.params);
@@ -153,4 +156,15 @@ TEST_CASE("Planner equals the engine's ledger at every stage, precision and sett
       for (bool overlap : {false, true})
         compare(*world, {3, Precision::bf16, DType::f32, 2, overlap, 0, prefetch, 0, -1, hpz});
   }
+}
+
+TEST_CASE("Planner equals the engine's ledger for Lion's one state buffer and LAMB's two") {
+  auto world = comm::make_mpi_communicator();
+  for (OptimizerType t : {OptimizerType::lion, OptimizerType::lamb})
+    for (int stage = 0; stage <= 3; ++stage)
+      for (std::int64_t accum : {1, 2}) {
+        Case c{stage, Precision::bf16, DType::f32, accum, false, 0, 50'000'000};
+        c.optimizer = t;
+        compare(*world, c);
+      }
 }
