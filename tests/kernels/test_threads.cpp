@@ -13,7 +13,10 @@
 #include <stdexcept>
 #include <vector>
 
+#include <cblas.h>
+
 #include "kernels/cpu/adamw.hpp"
+#include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/gpt_ops.hpp"
 #include "kernels/cpu/norm.hpp"
@@ -257,4 +260,39 @@ TEST_CASE("the GPT's element-wise ops, LayerNorm and the loss are bitwise indepe
   same_at_every_count([] { return gpt_ops_once<float>(64, 768, 300); });
   same_at_every_count([] { return gpt_ops_once<bf16>(64, 768, 300); });
   same_at_every_count([] { return gpt_ops_once<float>(5, 40, 7); });  // one block each
+}
+
+TEST_CASE("a GEMM split in row blocks gives the whole call's bits at every thread count",
+          "[threads]") {
+  // OpenBLAS, single-threaded in each block, gives the rows of a block the bits one call gives
+  // them when the blocks are multiples of its row walk (gemm_block_rows); its own threads do not.
+  const int shapes[][3] = {{512, 384, 128}, {500, 1000, 128}, {256, 768, 3072}, {1700, 96, 64},
+                           {200, 50, 300}};
+  for (const auto& s : shapes)
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        const int m = s[0], n = s[1], k = s[2];
+        const int lda = ta ? m : k, ldb = tb ? k : n;
+        const std::vector<float> A = uniform_values(static_cast<std::size_t>(m) * k, 20),
+                                 B = uniform_values(static_cast<std::size_t>(k) * n, 21),
+                                 C0 = uniform_values(static_cast<std::size_t>(m) * n, 22);
+        INFO("m " << m << " n " << n << " k " << k << " ta " << ta << " tb " << tb);
+        // The whole product as one single-threaded OpenBLAS call.
+        cpu::set_blas_threads(1);
+        std::vector<float> whole = C0;
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    m, n, k, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, whole.data(), n);
+        auto blocked = [&] {
+          std::vector<float> c = C0;
+          cpu::gemm(ta, tb, m, n, k, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, c.data(), n);
+          Bytes out;
+          append(out, c);
+          return out;
+        };
+        Bytes one;
+        append(one, whole);
+        CHECK(blocked() == one);
+        same_at_every_count(blocked);
+        CHECK(cpu::gemm_block_rows(m) % 24 == 0);
+      }
 }
