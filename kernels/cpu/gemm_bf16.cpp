@@ -347,18 +347,8 @@ const Entry& run_onednn(const Key& key, const void* a, const void* b, void* c) {
 
 Key key_of(bool ta, bool tb, int m, int n, int k, float alpha, int lda, int ldb, float beta,
            int ldc, dt src, dt dst) {
-  return Key{ta,
-             tb,
-             m,
-             n,
-             k,
-             lda,
-             ldb,
-             ldc,
-             std::bit_cast<std::uint32_t>(alpha),
-             std::bit_cast<std::uint32_t>(beta == 0.0f ? 0.0f : beta),
-             src,
-             dst};
+  return Key{ta, tb, m, n, k, lda, ldb, ldc, std::bit_cast<std::uint32_t>(alpha),
+             std::bit_cast<std::uint32_t>(beta == 0.0f ? 0.0f : beta), src, dst};
 }
 
 OnednnBf16Probe probe_onednn() {

@@ -82,6 +82,9 @@ void ThreadPool::worker_loop() {
       g = generation_.load(std::memory_order_acquire);
     }
     while (g == seen) {
+      // A worker that starts after the pool's last bump (its destruction included) saw that
+      // bump as `seen`: stop_ ends it.
+      if (stop_.load(std::memory_order_acquire)) return;
       generation_.wait(seen, std::memory_order_acquire);
       g = generation_.load(std::memory_order_acquire);
     }
