@@ -58,6 +58,33 @@ std::string with_mpi_rows(std::string text) {
   return text;
 }
 
+// The threads a rank of `zero train` would use here (ranks on the node as the launcher says,
+// one outside a job), applied to this process as a rank applies them, and the counts the
+// libraries then report: a row after the BF16 GEMM row ("Threads") and threads* keys in the JSON.
+struct ThreadsRow {
+  ThreadsChoice choice = threads_for(0, "", launcher_local_ranks());
+  ComputeThreads applied{choice.threads};
+  ComputeThreads::InEffect in_effect = ComputeThreads::in_effect();
+};
+
+std::string with_threads_row(std::string text, const ThreadsRow& t) {
+  const std::string row = "  Threads       " + threads_line(t.choice) + '\n';
+  const std::size_t simd = text.find("\n  SIMD");
+  text.insert(simd == std::string::npos ? text.size() : simd + 1, row);
+  return text;
+}
+
+std::string with_threads_keys(const std::string& json, const ThreadsRow& t) {
+  boost::json::object o = boost::json::parse(json).as_object();
+  o["threads"] = t.choice.threads;
+  o["threads_source"] = t.choice.source;
+  o["blas_threads"] = t.in_effect.blas;
+  o["onednn_threads"] = t.in_effect.onednn;
+  o["onednn_runtime"] = t.in_effect.onednn_runtime;
+  o["kernel_threads"] = t.in_effect.zero;
+  return boost::json::serialize(o);
+}
+
 std::string with_gemm_bf16_keys(const std::string& json, const GemmBf16& g) {
   boost::json::object o = boost::json::parse(json).as_object();
   o["gemm_bf16"] = g.name;
@@ -83,8 +110,11 @@ int cmd_info(const Args& argv) {
   }
   BuildInfo info = build_info();
   const GemmBf16 gemm_bf16 = gemm_bf16_backend();
-  std::cout << (vm.count("json") ? with_gemm_bf16_keys(to_json(info), gemm_bf16) + "\n"
-                                 : with_mpi_rows(with_gemm_bf16_row(to_text(info), gemm_bf16)));
+  const ThreadsRow threads;
+  std::cout << (vm.count("json")
+                    ? with_threads_keys(with_gemm_bf16_keys(to_json(info), gemm_bf16), threads) + "\n"
+                    : with_mpi_rows(with_threads_row(with_gemm_bf16_row(to_text(info), gemm_bf16),
+                                                     threads)));
   return 0;
 }
 

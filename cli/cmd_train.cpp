@@ -202,7 +202,7 @@ Trained train_loop(Trainer& t) {
   Peak peak;
   if (model.flops_per_token() > 0 && rank == 0)
     peak = ranks_peak(t.device.gpu, n, t.local_rank,
-                      t.run.gpt && t.run.compute == models::GptCompute::bf16);
+                      t.run.gpt && t.run.compute == models::GptCompute::bf16, t.run.threads);
   MfuMeter mfu(peak.flops, peak.source);
   out.no_update = NoUpdateRule(t.run.config);
   // The per-step record lives on the rank that writes it, bounded (StepHistory).
@@ -441,6 +441,11 @@ int cmd_train(const Args& argv) {
   if (resumed && !vm.count("seed")) run.shape.seed = resumed->trainer.seed;
   check_host_memory(run, n, on_gpu ? 1 : world.local_size(), on_gpu);
   const int local_rank = world.local_rank();  // every rank asks: collective the first time
+  // This thread runs the model's math: its threads, for every library, until the run ends.
+  const ThreadsChoice threads = threads_for(static_cast<int>(run.config.threads), run.threads_by,
+                                            world.local_size());
+  const ComputeThreads compute_threads(threads.threads);
+  run.threads = threads.threads;
   comm::Options co;
   co.timeout_seconds = run.timeout;
   const comm::Memory where = device.trainer_memory();
@@ -463,6 +468,7 @@ int cmd_train(const Args& argv) {
                          CheckpointOptions{.keep = f.ckpt.keep, .background = !f.ckpt.sync});
   Trainer t{f, run, n, rank, local_rank, device, *model, engine, trainer_state, checkpointer, start};
   if (rank == 0) print_run_line(t);
+  if (rank == 0) std::printf("zero train: %s\n", threads_line(threads).c_str());
 
   engine.reset_comm_accounting();
   const Trained trained = train_loop(t);

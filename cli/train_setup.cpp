@@ -103,6 +103,9 @@ void add_train_options(boost::program_options::options_description& opts, Flags&
   opts.add_options()
       ("lr", po::value(&f.lr), "learning rate (overrides the config)")
       ("clip", po::value(&f.clip), "gradient clipping max norm, 0 = off (overrides the config)")
+      ("threads", po::value(&f.threads),
+       "threads of each rank's CPU math (default: the config's threads, else OMP_NUM_THREADS, "
+       "else the node's cores / its ranks); results are the same bits at every count")
       ("timeout", po::value(&f.timeout),
        "seconds a collective may make no progress before the job fails (default: the config's "
        "comm_timeout, 600)")
@@ -186,6 +189,8 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
   check_settings_flags(vm, f.settings, vm.count("ranks") ? f.ranks : 0);
   if (vm.count("lr")) require_finite_nonneg("--lr", f.lr);
   if (vm.count("clip")) require_finite_nonneg("--clip", f.clip);
+  if (vm.count("threads") && (f.threads < 1 || f.threads > 1024))
+    throw Error(cat("--threads must be from 1 to 1024, got ", f.threads));
   if (vm.count("timeout") &&
       (!std::isfinite(f.timeout) || f.timeout <= 0 || f.timeout > kMaxCommTimeoutSeconds))
     throw Error(cat("--timeout must be a number of seconds in (0, ", kMaxCommTimeoutSeconds,
@@ -286,6 +291,8 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
   if (vm.count("clip")) config.gradient_clipping = f.clip;
   if (vm.count("timeout")) config.comm_timeout_seconds = f.timeout;
   apply_compress_flags(vm, config);
+  if (vm.count("threads")) config.threads = f.threads;
+  if (vm.count("threads")) run.threads_by = "--threads";
   // Batch sizes: a flag sets its key as if the config had given it (DeepSpeed's rule then
   // derives the rest); with none given anywhere, the model's default global batch.
   apply_batch_flags(vm, f.global_batch, f.micro_batch, f.accum, config);
@@ -353,6 +360,8 @@ double before_launch(const Flags& f, const boost::program_options::variables_map
     const bool host_ranks = f.device == "cpu" || f.device == "emulated" || !ZERO_HAVE_CUDA;
     if (asked > 0 && !in_mpi_job() && host_ranks) check_host_memory(early, asked, asked, false);
     timeout = early.timeout;
+    // A bad OMP_NUM_THREADS is one sentence, before ranks start.
+    (void)threads_for(static_cast<int>(early.config.threads), early.threads_by, std::max(asked, 1));
   }
   // The GPT's MFU is against the cores' peak, measured here while no rank runs (ranks sharing
   // cores would measure each other) and handed to the ranks.
@@ -363,7 +372,7 @@ double before_launch(const Flags& f, const boost::program_options::variables_map
   return timeout;
 }
 
-Peak ranks_peak(bool on_gpu, int n, int local_rank, bool bf16_math) {
+Peak ranks_peak(bool on_gpu, int n, int local_rank, bool bf16_math, int threads) {
   Peak out;
   if (on_gpu) {
     // On GPUs: each rank's device's dense bf16 tensor-core peak (zero/build_info.hpp), as
@@ -387,7 +396,7 @@ Peak ranks_peak(bool on_gpu, int n, int local_rank, bool bf16_math) {
       peak = cpu_peak(bf16_math);
     }
     const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-    const long used = std::min<long>(cores, n);
+    const long used = std::min<long>(cores, static_cast<long>(n) * std::max(threads, 1));
     out.flops = peak.core.flops * static_cast<double>(used);
     out.source = cat(peak.core.kernel, " peak of ", used, " core", used == 1 ? "" : "s", ", ",
                      peak.source);

@@ -26,6 +26,7 @@ struct Flags {
   int ranks = 1;
   std::int64_t steps = 20, accum = 1, global_batch = 64, micro_batch = 1, log_every = 1;
   SettingsFlags settings;  // as every command's (cli/settings_flags.hpp)
+  int threads = 0;  // --threads; 0: not given
   int layers = 4, width = 512;
   double lr = 0, clip = 0, timeout = 600;
   CheckpointFlags ckpt;  // --save, --save-every, --keep, --save-sync, --resume
@@ -41,6 +42,8 @@ struct Run {
   models::GptCompute compute = models::GptCompute::bf16;
   std::int64_t steps = 20, log_every = 1, micro = 1, accum = 1;
   double timeout = 600;
+  std::string threads_by = "config key threads";  // who set config.threads, when it is > 0
+  int threads = 1;  // each rank's threads, once the rank has resolved them (zero::threads_for)
 };
 
 // The options of one run (everything but --help), bound to `f`.
@@ -80,12 +83,12 @@ double before_launch(const Flags& f, const boost::program_options::variables_map
 // tensor-core peak (zero/build_info.hpp), as llm.c counts it, whatever the compute dtype, read for
 // the device of `local_rank`; on the CPU the peak of the instructions the GEMMs run (cpu_peak:
 // bf16 dot products for `bf16_math` on oneDNN where the CPU has them, else fp32 FMA) times the
-// cores the ranks run on (one core a rank, at most the node's), from ZERO_FMA_PEAK when the
+// cores the ranks run on (`threads` cores a rank, at most the node's), from ZERO_FMA_PEAK when the
 // launcher measured it before the ranks started.
 struct Peak {
   double flops = 0;    // 0: unknown
   std::string source;  // how it was found, for the report
 };
-Peak ranks_peak(bool on_gpu, int ranks, int local_rank, bool bf16_math);
+Peak ranks_peak(bool on_gpu, int ranks, int local_rank, bool bf16_math, int threads = 1);
 
 }  // namespace zero::cli

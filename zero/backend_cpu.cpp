@@ -1,4 +1,5 @@
-// The CPU backend: host memory, kernels/cpu and precision/convert (zero/backend.hpp).
+// The CPU backend: host memory and kernels/cpu, whose loops split across the calling thread's
+// pool (zero/compute_threads.hpp) (zero/backend.hpp).
 #include <cstring>
 #include <span>
 
@@ -30,8 +31,8 @@ class CpuBackend : public Backend {
     const auto k = static_cast<std::size_t>(n);
     switch (dt) {
       case DType::f32: copy(dst, src, k * sizeof(float)); break;
-      case DType::bf16: convert(std::span(src, k), std::span(static_cast<bf16*>(dst), k)); break;
-      case DType::f16: convert(std::span(src, k), std::span(static_cast<fp16*>(dst), k)); break;
+      case DType::bf16: kernels::cpu::cast(std::span(src, k), std::span(static_cast<bf16*>(dst), k)); break;
+      case DType::f16: kernels::cpu::cast(std::span(src, k), std::span(static_cast<fp16*>(dst), k)); break;
       default: throw Error(cat("cannot store fp32 values as ", name_of(dt)));
     }
   }
@@ -39,8 +40,8 @@ class CpuBackend : public Backend {
     const auto k = static_cast<std::size_t>(n);
     switch (dt) {
       case DType::f32: copy(dst, src, k * sizeof(float)); break;
-      case DType::bf16: convert(std::span(static_cast<const bf16*>(src), k), std::span(dst, k)); break;
-      case DType::f16: convert(std::span(static_cast<const fp16*>(src), k), std::span(dst, k)); break;
+      case DType::bf16: kernels::cpu::cast(std::span(static_cast<const bf16*>(src), k), std::span(dst, k)); break;
+      case DType::f16: kernels::cpu::cast(std::span(static_cast<const fp16*>(src), k), std::span(dst, k)); break;
       default: throw Error(cat("cannot read ", name_of(dt), " values as fp32"));
     }
   }

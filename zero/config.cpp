@@ -141,7 +141,8 @@ bool operator==(const Config& a, const Config& b) {
     return std::tie(c.train_micro_batch_size_per_gpu, c.gradient_accumulation_steps,
                     c.train_batch_size, c.gradient_clipping, c.optimizer, c.scheduler, c.precision,
                     c.fp16, c.communication_data_type, c.seed, c.zero, c.steps_per_print, c.param_groups,
-                    c.comm_timeout_seconds, c.max_consecutive_skipped_steps, c.compression);
+                    c.comm_timeout_seconds, c.max_consecutive_skipped_steps, c.compression,
+                    c.threads);
   };
   return fields(a) == fields(b);
 }
@@ -187,6 +188,7 @@ std::string to_json(const Config& c) {
   root["seed"] = c.seed;
   root["comm_timeout"] = c.comm_timeout_seconds;
   root["max_consecutive_skipped_steps"] = c.max_consecutive_skipped_steps;
+  if (c.threads > 0) root["threads"] = c.threads;
 
   const OptimizerConfig& o = c.optimizer;
   json::object op{{"lr", o.lr}, {"betas", json::array{o.beta1, o.beta2}}};

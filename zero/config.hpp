@@ -143,6 +143,8 @@ struct Config {
                                                      // without progress this long fails
   std::int64_t max_consecutive_skipped_steps = 100;  // zero's own key: step() throws after this
                                                      // many skipped steps in a row; 0 = never
+  std::int64_t threads = 0;  // zero's own key: threads of each rank's CPU math; 0 = OMP_NUM_THREADS,
+                             // else the node's cores / its ranks (zero/compute_threads.hpp)
   // Which batch keys the text gave (DeepSpeed's batch rule derives the others; see resolve_batch;
   // train_batch_size's is train_batch_size.has_value()). Not part of the value.
   bool micro_batch_given = false;

@@ -437,6 +437,7 @@ Config parse_config(std::string_view json_text, std::string_view source_name) {
                                        "steps_per_print",
                                        "comm_timeout",
                                        "max_consecutive_skipped_steps",
+                                       "threads",
                                        "zero_optimization",
                                        "activation_checkpointing",
                                        "compression"};
@@ -456,6 +457,7 @@ Config parse_config(std::string_view json_text, std::string_view source_name) {
     fail("comm_timeout", cat("expected at most ", static_cast<long long>(kMaxCommTimeoutSeconds),
                              " seconds, got ", detail::format_number(c.comm_timeout_seconds)));
   top.integer("max_consecutive_skipped_steps", c.max_consecutive_skipped_steps, 0);
+  top.integer("threads", c.threads, 0, 1024);
   top.choice("communication_data_type", c.communication_data_type,
              {{"fp32", DType::f32}, {"bf16", DType::bf16}, {"fp16", DType::f16}});
   read_optimizer(top, c.optimizer);

@@ -11,6 +11,7 @@
 #include "precision/fp16.hpp"
 #include "zero/build_info.hpp"
 #include "zero/checkpoint.hpp"
+#include "zero/compute_threads.hpp"
 #include "zero/config.hpp"
 #include "zero/engine.hpp"
 #include "zero/layout.hpp"

@@ -7,7 +7,10 @@
 #include <string>
 #include <type_traits>
 
+#include <vector>
+
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "precision/convert.hpp"
 #include "base/error.hpp"
 
@@ -78,20 +81,40 @@ ZERO_LOOP inline std::int64_t loop(float* __restrict p, float* __restrict m, flo
   return first_bad;
 }
 
-// Out = void: no 16-bit copy.
+// Out = void: no 16-bit copy. n elements from offset 0 of each pointer.
 template <class Out>
-std::int64_t run(std::span<float> p, std::span<float> m, std::span<float> v,
-                 std::span<const float> g, const AdamStep& step, Out* out, SimdPath path) {
+std::int64_t run_block(float* p, float* m, float* v, const float* g, const AdamStep& step, Out* out,
+                       std::size_t n, SimdPath path) {
   std::int64_t first_bad = -1;
   detail::dispatch(path, [&]() ZERO_LOOP {
     if (step.mode == AdamMode::adam_l2)
-      first_bad = loop<AdamMode::adam_l2>(p.data(), m.data(), v.data(), g.data(), step, out,
-                                          p.size(), path);
+      first_bad = loop<AdamMode::adam_l2>(p, m, v, g, step, out, n, path);
     else
-      first_bad =
-          loop<AdamMode::adamw>(p.data(), m.data(), v.data(), g.data(), step, out, p.size(), path);
+      first_bad = loop<AdamMode::adamw>(p, m, v, g, step, out, n, path);
   });
   return first_bad;
+}
+
+// Elements per task of the rank's threads (kernels/cpu/thread_pool.hpp): a multiple of kChunk,
+// so the chunks are those of one thread; every element's update is its own, and the first bad
+// index is the first block's that has one.
+constexpr std::size_t kBlock = 64 * kChunk;
+
+template <class Out>
+std::int64_t run(std::span<float> p, std::span<float> m, std::span<float> v,
+                 std::span<const float> g, const AdamStep& step, Out* out, SimdPath path) {
+  const std::size_t n = p.size();
+  std::vector<std::int64_t> first((n + kBlock - 1) / kBlock, -1);
+  for_blocks(n, kBlock, [&](std::size_t b, std::size_t e) {
+    Out* o = nullptr;
+    if constexpr (!std::is_void_v<Out>) o = out + b;
+    const std::int64_t bad = run_block<Out>(p.data() + b, m.data() + b, v.data() + b,
+                                            g.data() + b, step, o, e - b, path);
+    first[b / kBlock] = bad < 0 ? -1 : static_cast<std::int64_t>(b) + bad;
+  });
+  for (const std::int64_t f : first)
+    if (f >= 0) return f;
+  return -1;
 }
 
 }  // namespace

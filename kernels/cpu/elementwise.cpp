@@ -6,13 +6,22 @@
 #include <cstddef>
 #include <type_traits>
 
+#include <atomic>
+
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/elementwise_math.hpp"
 #include "precision/convert.hpp"
 #include "base/error.hpp"
 
 namespace zero::kernels::cpu {
 namespace {
+
+// Elements per block of the fixed partition (kernels/cpu/thread_pool.hpp): 128 KiB of fp32, long
+// enough that a block's loop runs at memory speed, short enough that a rank's shard splits.
+// Every loop here is element-wise or an order-free reduction (OR, first index), so the blocks
+// only decide who computes what, never the result.
+constexpr std::size_t kBlock = 32768;
 
 void check_same(const char* what, std::size_t a, std::size_t b) {
   if (a != b) throw Error(cat(what, ": spans differ in length (", a, " and ", b, ")"));
@@ -24,8 +33,7 @@ void check_same(const char* what, std::size_t a, std::size_t b) {
 constexpr std::size_t kWidenChunk = 2048;
 
 template <class T>
-void accumulate_impl(std::span<float> acc_, std::span<const T> g_, SimdPath path) {
-  check_same("accumulate", acc_.size(), g_.size());
+void accumulate_block(std::span<float> acc_, std::span<const T> g_, SimdPath path) {
   const std::size_t n = acc_.size();
   detail::dispatch(path, [&]() ZERO_LOOP {
     float* __restrict acc = acc_.data();
@@ -43,12 +51,20 @@ void accumulate_impl(std::span<float> acc_, std::span<const T> g_, SimdPath path
   });
 }
 
+template <class T>
+void accumulate_impl(std::span<float> acc, std::span<const T> g, SimdPath path) {
+  check_same("accumulate", acc.size(), g.size());
+  for_blocks(acc.size(), kBlock, [&](std::size_t b, std::size_t e) {
+    accumulate_block(acc.subspan(b, e - b), g.subspan(b, e - b), path);
+  });
+}
+
 // Chunked so the inner loop has no exit and vectorises, while a non-finite value near the start
 // of a large buffer still ends the scan early.
 constexpr std::size_t kFiniteChunk = 4096;
 
 template <class T>
-bool all_finite_impl(std::span<const T> x_, SimdPath path) {
+bool all_finite_block(std::span<const T> x_, SimdPath path) {
   const std::size_t n = x_.size();
   bool ok = true;
   detail::dispatch(path, [&]() ZERO_LOOP {
@@ -63,34 +79,26 @@ bool all_finite_impl(std::span<const T> x_, SimdPath path) {
   return ok;
 }
 
-}  // namespace
-
-// Casts are precision/'s bulk conversions (vectorised, bitwise the scalar to_bf16 / to_fp16 /
-// to_float that the CUDA kernels call); kept here so kernels/ offers the full set per backend.
-void cast(std::span<const float> src, std::span<bf16> dst, SimdPath path) {
-  convert(src, dst, path);
-}
-void cast(std::span<const float> src, std::span<fp16> dst, SimdPath path) {
-  convert(src, dst, path);
-}
-void cast(std::span<const bf16> src, std::span<float> dst, SimdPath path) {
-  convert(src, dst, path);
-}
-void cast(std::span<const fp16> src, std::span<float> dst, SimdPath path) {
-  convert(src, dst, path);
+// A block that finds a bad value ends the others' scans at their next block.
+template <class T>
+bool all_finite_impl(std::span<const T> x, SimdPath path) {
+  std::atomic<bool> ok{true};
+  for_blocks(x.size(), kBlock, [&](std::size_t b, std::size_t e) {
+    if (ok.load(std::memory_order_relaxed) && !all_finite_block(x.subspan(b, e - b), path))
+      ok.store(false, std::memory_order_relaxed);
+  });
+  return ok.load();
 }
 
-void accumulate(std::span<float> acc, std::span<const float> g, SimdPath path) {
-  accumulate_impl(acc, g, path);
-}
-void accumulate(std::span<float> acc, std::span<const bf16> g, SimdPath path) {
-  accumulate_impl(acc, g, path);
-}
-void accumulate(std::span<float> acc, std::span<const fp16> g, SimdPath path) {
-  accumulate_impl(acc, g, path);
+template <class S, class D>
+void cast_impl(std::span<const S> src, std::span<D> dst, SimdPath path) {
+  if (src.size() != dst.size()) return convert(src, dst, path);  // which throws its sentence
+  for_blocks(src.size(), kBlock, [&](std::size_t b, std::size_t e) {
+    convert(src.subspan(b, e - b), dst.subspan(b, e - b), path);
+  });
 }
 
-bool unscale(std::span<float> x_, float scale, SimdPath path) {
+bool unscale_block(std::span<float> x_, float scale, SimdPath path) {
   const std::size_t n = x_.size();
   unsigned bad = 0;
   detail::dispatch(path, [&]() ZERO_LOOP {
@@ -104,6 +112,42 @@ bool unscale(std::span<float> x_, float scale, SimdPath path) {
     bad = b;
   });
   return bad != 0;
+}
+
+}  // namespace
+
+// Casts are precision/'s bulk conversions (vectorised, bitwise the scalar to_bf16 / to_fp16 /
+// to_float that the CUDA kernels call), split across the rank's threads; kept here so kernels/
+// offers the full set per backend.
+void cast(std::span<const float> src, std::span<bf16> dst, SimdPath path) {
+  cast_impl(src, dst, path);
+}
+void cast(std::span<const float> src, std::span<fp16> dst, SimdPath path) {
+  cast_impl(src, dst, path);
+}
+void cast(std::span<const bf16> src, std::span<float> dst, SimdPath path) {
+  cast_impl(src, dst, path);
+}
+void cast(std::span<const fp16> src, std::span<float> dst, SimdPath path) {
+  cast_impl(src, dst, path);
+}
+
+void accumulate(std::span<float> acc, std::span<const float> g, SimdPath path) {
+  accumulate_impl(acc, g, path);
+}
+void accumulate(std::span<float> acc, std::span<const bf16> g, SimdPath path) {
+  accumulate_impl(acc, g, path);
+}
+void accumulate(std::span<float> acc, std::span<const fp16> g, SimdPath path) {
+  accumulate_impl(acc, g, path);
+}
+
+bool unscale(std::span<float> x, float scale, SimdPath path) {
+  std::atomic<bool> bad{false};
+  for_blocks(x.size(), kBlock, [&](std::size_t b, std::size_t e) {
+    if (unscale_block(x.subspan(b, e - b), scale, path)) bad.store(true, std::memory_order_relaxed);
+  });
+  return bad.load();
 }
 
 bool all_finite(std::span<const float> x, SimdPath path) {

@@ -1,4 +1,6 @@
-// CPU element-wise kernels over flat spans: casts, accumulate, unscale, finite check, fill.
+// CPU element-wise kernels over flat spans: casts, accumulate, unscale, finite check, fill. Each
+// splits across the calling thread's pool (kernels/cpu/thread_pool.hpp) in fixed blocks, with
+// results bitwise independent of the thread count.
 #pragma once
 
 #include <span>

@@ -2,6 +2,8 @@
 // models' linear layers.
 #pragma once
 
+#include <cstddef>
+
 #include "kernels/cpu/blas_core.hpp"  // fix_blas_coretype: OpenBLAS's kernels for this CPU
 
 namespace zero::kernels::cpu {
@@ -11,14 +13,30 @@ namespace zero::kernels::cpu {
 // Throws zero::Error on a negative size or a leading dimension too small for the shape.
 // Not bitwise reproducible across BLAS builds or CPU kernels (OpenBLAS picks its micro-kernel
 // per CPU); it is used for model math, never for optimizer state.
+//
+// Threads: the rows of C are cut into blocks of gemm_block_rows(m) rows, a function of m alone,
+// and each block is one single-threaded OpenBLAS call, on the calling thread's pool
+// (kernels/cpu/thread_pool.hpp). OpenBLAS's own threads would make the bits depend on their
+// count; its single-threaded kernels give every block's rows the bits the whole call gives them
+// (blocks a multiple of 3 x OpenBLAS's UNROLL_N, which is how it walks the rows itself;
+// tests/kernels/test_threads.cpp checks it), so the result is the same at every thread count
+// and the same as one call.
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc);
+
+// Rows per block of gemm's partition: 96 x ceil(m / 1536), at most 16 blocks.
+std::size_t gemm_block_rows(int m);
 
 // The first call also prints one line on stderr when OpenBLAS runs weaker kernels than this CPU
 // can (kernels/cpu/blas_core.hpp), unless OPENBLAS_CORETYPE or ZERO_NO_BLAS_FIX was set.
 
 // Threads OpenBLAS may use in this process. gemm() sets 1 on first use unless this was called
-// first: ranks are processes sharing the cores, and a BLAS thread pool per rank oversubscribes.
+// first: ranks are processes sharing the cores, and zero splits its GEMMs across a rank's threads
+// itself (above), with OpenBLAS single-threaded in each block.
 void set_blas_threads(int threads);
+
+// The threads OpenBLAS's GEMMs run on now, as OpenBLAS answers (openblas_get_num_threads), after
+// the one-thread default when nothing was set.
+int blas_threads();
 
 }  // namespace zero::kernels::cpu

@@ -17,6 +17,7 @@
 
 #include "kernels/cpu/blas_core.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "precision/convert.hpp"
 #include "base/error.hpp"
 
@@ -90,16 +91,25 @@ WidenScratch& widen_scratch() {
 
 constexpr std::size_t kPanelFloats = std::size_t{1} << 22;
 
+// Rows per task of the rank's threads when widening or rounding a panel: about 64 Ki elements,
+// each row converted alone (exactly), so the split changes nothing.
+std::size_t rows_per_task(int cols) {
+  return std::max<std::size_t>(1, (std::size_t{1} << 16) / static_cast<std::size_t>(cols));
+}
+
 // Widens a stored rows×cols bf16 matrix (row stride ld) into dst, packed (row stride cols).
 void widen_packed(const bf16* src, int rows, int cols, int ld, std::vector<float>& dst) {
   dst.resize(static_cast<std::size_t>(rows) * cols);
-  if (ld == cols) {
-    convert(std::span(src, dst.size()), std::span(dst));
-    return;
-  }
-  for (int r = 0; r < rows; ++r)
-    convert(std::span(src + static_cast<std::size_t>(r) * ld, cols),
-            std::span(dst.data() + static_cast<std::size_t>(r) * cols, cols));
+  float* out = dst.data();
+  for_blocks(static_cast<std::size_t>(rows), rows_per_task(cols), [&](std::size_t r0, std::size_t r1) {
+    if (ld == cols) {
+      const std::size_t b = r0 * cols, len = (r1 - r0) * cols;
+      convert(std::span(src + b, len), std::span(out + b, len));
+      return;
+    }
+    for (std::size_t r = r0; r < r1; ++r)
+      convert(std::span(src + r * ld, cols), std::span(out + r * cols, cols));
+  });
 }
 
 // Panel sizes: k whole up to 8,192 (every GPT-2 shape but the vocabulary's gradient), so each
@@ -170,9 +180,10 @@ void widen_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* 
              k0 == 0 ? beta : 1.0f, c, ldc_f);
       }
       if constexpr (bf16_out)
-        for (int i = 0; i < mb; ++i)
-          convert(std::span<const float>(s.c.data() + static_cast<std::size_t>(i) * nb, nb),
-                  std::span(c_out + static_cast<std::size_t>(i) * ldc, nb));
+        for_blocks(static_cast<std::size_t>(mb), rows_per_task(nb), [&](std::size_t i0, std::size_t i1) {
+          for (std::size_t i = i0; i < i1; ++i)
+            convert(std::span<const float>(s.c.data() + i * nb, nb), std::span(c_out + i * ldc, nb));
+        });
     }
   }
 }
@@ -293,6 +304,19 @@ class OmpThreads {
 };
 
 // Runs the cached primitive for `key` (creating it on first use) on raw pointers.
+// The threads oneDNN's parallel regions take inside that scope: what its OpenMP runtime
+// answers there (oneDNN asks the same omp_get_max_threads), 1 for a sequential build.
+int onednn_threads_in_scope() {
+  const OmpThreads threads(openblas_get_num_threads());
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+  return omp_get_max_threads();
+#elif DNNL_CPU_RUNTIME == DNNL_RUNTIME_SEQ
+  return 1;
+#else
+  return -1;
+#endif
+}
+
 const Entry& run_onednn(const Key& key, const void* a, const void* b, void* c) {
   blas_defaults_once();
   OnednnState& st = onednn_state();
@@ -323,18 +347,8 @@ const Entry& run_onednn(const Key& key, const void* a, const void* b, void* c) {
 
 Key key_of(bool ta, bool tb, int m, int n, int k, float alpha, int lda, int ldb, float beta,
            int ldc, dt src, dt dst) {
-  return Key{ta,
-             tb,
-             m,
-             n,
-             k,
-             lda,
-             ldb,
-             ldc,
-             std::bit_cast<std::uint32_t>(alpha),
-             std::bit_cast<std::uint32_t>(beta == 0.0f ? 0.0f : beta),
-             src,
-             dst};
+  return Key{ta, tb, m, n, k, lda, ldb, ldc, std::bit_cast<std::uint32_t>(alpha),
+             std::bit_cast<std::uint32_t>(beta == 0.0f ? 0.0f : beta), src, dst};
 }
 
 OnednnBf16Probe probe_onednn() {
@@ -419,6 +433,20 @@ GemmBf16Info gemm_bf16_info() {
   return chosen();
 }
 
+OnednnThreads onednn_threads() {
+  blas_defaults_once();
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+  const char* runtime = "OpenMP";
+#elif DNNL_CPU_RUNTIME == DNNL_RUNTIME_TBB
+  const char* runtime = "TBB";
+#elif DNNL_CPU_RUNTIME == DNNL_RUNTIME_SEQ
+  const char* runtime = "sequential";
+#else
+  const char* runtime = "threadpool";
+#endif
+  return {onednn_threads_in_scope(), runtime};
+}
+
 void gemm_bf16_widen(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A, int lda,
                      const bf16* B, int ldb, float beta, float* C, int ldc) {
   if (trivial(ta, tb, m, n, k, lda, ldb, beta, C, ldc)) return;
@@ -431,19 +459,39 @@ void gemm_bf16_widen(bool ta, bool tb, int m, int n, int k, float alpha, const b
   widen_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+namespace {
+
+// gemm's partition (kernels/cpu/gemm.hpp): blocks of gemm_block_rows(m) rows of C, each one
+// oneDNN call on one thread, on the calling thread's pool; the bits depend on m, never on the
+// thread count. Returns the first block's implementation.
+template <class Out>
+std::string onednn_blocks(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A,
+                          int lda, const bf16* B, int ldb, float beta, Out* C, int ldc) {
+  const dt out = std::is_same_v<Out, bf16> ? dt::bf16 : dt::f32;
+  std::string impl;
+  const std::size_t rows = gemm_block_rows(m);
+  for_blocks(static_cast<std::size_t>(m), rows, [&](std::size_t r0, std::size_t r1) {
+    const bf16* a = ta ? A + r0 : A + r0 * static_cast<std::size_t>(lda);
+    const Entry& e = run_onednn(key_of(ta, tb, static_cast<int>(r1 - r0), n, k, alpha, lda, ldb,
+                                       beta, ldc, dt::bf16, out),
+                                a, B, C + r0 * static_cast<std::size_t>(ldc));
+    if (r0 == 0) impl = e.pd.impl_info_str();
+  });
+  return impl;
+}
+
+}  // namespace
+
 std::string gemm_bf16_onednn(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A,
                              int lda, const bf16* B, int ldb, float beta, float* C, int ldc) {
   if (trivial(ta, tb, m, n, k, lda, ldb, beta, C, ldc)) return "";
-  return run_onednn(key_of(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc, dt::bf16, dt::f32), A, B, C)
-      .pd.impl_info_str();
+  return onednn_blocks(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 std::string gemm_bf16_onednn(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A,
                              int lda, const bf16* B, int ldb, float beta, bf16* C, int ldc) {
   if (trivial(ta, tb, m, n, k, lda, ldb, beta, C, ldc)) return "";
-  return run_onednn(key_of(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc, dt::bf16, dt::bf16), A, B,
-                    C)
-      .pd.impl_info_str();
+  return onednn_blocks(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 std::string gemm_bf16_onednn_f32(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A,

@@ -15,8 +15,9 @@ namespace zero::kernels::cpu {
 // as stored. A and B are bf16; every product is exact in fp32 and the sums are fp32, so both
 // backends compute the same math and differ only in the order of the sums. beta == 0 never reads
 // C (a NaN there does not survive). Throws zero::Error on a negative size, a leading dimension too
-// small, or a bad ZERO_GEMM_BF16. Runs on as many threads as OpenBLAS may (set_blas_threads; 1 by
-// default).
+// small, or a bad ZERO_GEMM_BF16. Splits across the calling thread's pool as gemm does
+// (kernels/cpu/gemm.hpp: fixed blocks of rows, one single-threaded call each; the widen
+// backend's conversions in fixed blocks too), so the bits never depend on the thread count.
 void gemm_bf16(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16* A, int lda,
                const bf16* B, int ldb, float beta, float* C, int ldc);
 
@@ -43,6 +44,16 @@ struct GemmBf16Info {
   std::string onednn_isa;      // the ISA oneDNN dispatches to here, e.g. "avx2"
   std::string onednn_impl;     // oneDNN's bf16 matmul implementation here; empty when it has none
 };
+
+// The threads one oneDNN matmul call runs its parallel regions on, as its runtime reports them
+// inside the scope the oneDNN backend sets around each call (OpenBLAS's count, 1 unless a
+// program called set_blas_threads), and the runtime's name ("OpenMP" for Debian's oneDNN).
+// threads is -1 for a runtime this cannot ask.
+struct OnednnThreads {
+  int threads = 1;
+  std::string runtime;
+};
+OnednnThreads onednn_threads();
 
 // Throws zero::Error (one sentence) when ZERO_GEMM_BF16 names no backend, or names onednn where
 // oneDNN has no bf16 matmul; then gemm_bf16 throws the same.

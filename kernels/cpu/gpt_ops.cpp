@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/gemm_bf16.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/gpt_math.hpp"
+#include "precision/convert.hpp"
 
 namespace zero::kernels::cpu::gpt {
 namespace {
@@ -26,6 +29,30 @@ T st(float x) {
     return x;
   else
     return to_bf16(x);
+}
+
+// The fixed partitions of the rank's threads (kernels/cpu/thread_pool.hpp). Each op below is
+// either independent per element, per row or per column, and is split that way: a row's (or
+// column's) arithmetic runs on one thread in the order one thread would run it, so the split
+// changes no bit. kElems: elements per task, about 64 KiB of fp32.
+constexpr std::size_t kElems = 16384;
+
+// Rows [n0, n1) of an N x C op, in blocks of rows that depend on C only.
+template <class F>
+void for_rows(int N, int C, F&& body) {
+  const std::size_t rows = std::max<std::size_t>(1, kElems / static_cast<std::size_t>(std::max(C, 1)));
+  for_blocks(static_cast<std::size_t>(N), rows, [&](std::size_t n0, std::size_t n1) {
+    body(static_cast<int>(n0), static_cast<int>(n1));
+  });
+}
+
+// Columns [c0, c1) of an op that sums over rows into C columns: each column's sum runs over the
+// rows in order, on one thread. Blocks of 256 columns (a 1 KiB run of each row).
+template <class F>
+void for_columns(int C, F&& body) {
+  for_blocks(static_cast<std::size_t>(C), 256, [&](std::size_t c0, std::size_t c1) {
+    body(static_cast<int>(c0), static_cast<int>(c1));
+  });
 }
 
 // C = alpha · op(A) · op(B) + beta · C on either storage type (fp32 accumulation both ways).
@@ -45,7 +72,10 @@ const T* as_operand(const float* x, std::size_t n, Scratch& scratch) {
     return x;
   } else {
     bf16* h = scratch.h(n);
-    for (std::size_t i = 0; i < n; ++i) h[i] = to_bf16(x[i]);
+    // precision/'s bulk conversion: bitwise to_bf16, vectorised.
+    for_blocks(n, kElems, [&](std::size_t b, std::size_t e) {
+      convert(std::span<const float>(x + b, e - b), std::span<bf16>(h + b, e - b));
+    });
     return h;
   }
 }
@@ -72,74 +102,109 @@ bf16* Scratch::h(std::size_t n) {
 template <class T>
 void embedding_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe, int N,
                        int seq, int C) {
-  for (int n = 0; n < N; ++n) {
-    const T* e = wte + static_cast<std::int64_t>(tokens[n]) * C;
-    const T* p = wpe + static_cast<std::int64_t>(n % seq) * C;
-    T* o = out + static_cast<std::int64_t>(n) * C;
-    for (int c = 0; c < C; ++c) o[c] = st<T>(ld(e[c]) + ld(p[c]));
-  }
+  for_rows(N, C, [&](int n0, int n1) {
+    detail::dispatch(best_path(), [&]() ZERO_LOOP {
+      for (int n = n0; n < n1; ++n) {
+        const T* e = wte + static_cast<std::int64_t>(tokens[n]) * C;
+        const T* p = wpe + static_cast<std::int64_t>(n % seq) * C;
+        T* o = out + static_cast<std::int64_t>(n) * C;
+        for (int c = 0; c < C; ++c) o[c] = st<T>(ld(e[c]) + ld(p[c]));
+      }
+    });
+  });
 }
 
+// Split by columns: rows that share a token (or a position) add into the same row of dwte
+// (dwpe), in row order.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
                         int N, int seq, int C) {
-  for (int n = 0; n < N; ++n) {
-    const float* d = dout + static_cast<std::int64_t>(n) * C;
-    float* e = dwte + static_cast<std::int64_t>(tokens[n]) * C;
-    float* p = dwpe + static_cast<std::int64_t>(n % seq) * C;
-    for (int c = 0; c < C; ++c) {
-      e[c] += d[c];
-      p[c] += d[c];
-    }
-  }
+  for_columns(C, [&](int c0, int c1) {
+    detail::dispatch(best_path(), [&]() ZERO_LOOP {
+      for (int n = 0; n < N; ++n) {
+        const float* __restrict d = dout + static_cast<std::int64_t>(n) * C;
+        float* e = dwte + static_cast<std::int64_t>(tokens[n]) * C;
+        float* p = dwpe + static_cast<std::int64_t>(n % seq) * C;
+        for (int c = c0; c < c1; ++c) e[c] += d[c];
+        for (int c = c0; c < c1; ++c) p[c] += d[c];
+      }
+    });
+  });
 }
 
+// Per row. The sums are fp32 in column order (GCC keeps an fp32 reduction in order: no
+// -ffast-math), so only the element-wise loops vectorise.
 template <class T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const float* w,
                        const float* b, int N, int C) {
-  for (int n = 0; n < N; ++n) {
-    const T* x = inp + static_cast<std::int64_t>(n) * C;
-    float m = 0;
-    for (int c = 0; c < C; ++c) m += ld(x[c]);
-    m /= static_cast<float>(C);
-    float v = 0;
-    for (int c = 0; c < C; ++c) {
-      const float d = ld(x[c]) - m;
-      v += d * d;
-    }
-    v /= static_cast<float>(C);
-    const float r = 1.0f / std::sqrt(v + kLayerNormEps);
-    T* o = out + static_cast<std::int64_t>(n) * C;
-    for (int c = 0; c < C; ++c)
-      o[c] = st<T>(layernorm_affine(layernorm_normalized(ld(x[c]), m, r), w[c], b[c]));
-    mean[n] = m;
-    rstd[n] = r;
-  }
+  for_rows(N, C, [&](int n0, int n1) {
+    detail::dispatch(best_path(), [&]() ZERO_LOOP {
+      for (int n = n0; n < n1; ++n) {
+        const T* x = inp + static_cast<std::int64_t>(n) * C;
+        float m = 0;
+        for (int c = 0; c < C; ++c) m += ld(x[c]);
+        m /= static_cast<float>(C);
+        float v = 0;
+        for (int c = 0; c < C; ++c) {
+          const float d = ld(x[c]) - m;
+          v += d * d;
+        }
+        v /= static_cast<float>(C);
+        const float r = 1.0f / std::sqrt(v + kLayerNormEps);
+        T* o = out + static_cast<std::int64_t>(n) * C;
+        for (int c = 0; c < C; ++c)
+          o[c] = st<T>(layernorm_affine(layernorm_normalized(ld(x[c]), m, r), w[c], b[c]));
+        mean[n] = m;
+        rstd[n] = r;
+      }
+    });
+  });
 }
 
+// Two passes with the arithmetic of one: dinp per row (its row sums first), then dw and db per
+// column, each column summed over the rows in order.
 template <class T>
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const T* inp,
                         const float* w, const float* mean, const float* rstd, int N, int C) {
-  for (int n = 0; n < N; ++n) {
-    const std::int64_t row = static_cast<std::int64_t>(n) * C;
-    const T* x = inp + row;
-    const float* d = dout + row;
-    float sum_dnorm = 0, sum_dnorm_norm = 0;
-    for (int c = 0; c < C; ++c) {
-      const float norm = layernorm_normalized(ld(x[c]), mean[n], rstd[n]);
-      const float dnorm = w[c] * d[c];
-      sum_dnorm += dnorm;
-      sum_dnorm_norm += dnorm * norm;
-    }
-    const float mean_dnorm = sum_dnorm / static_cast<float>(C);
-    const float mean_dnorm_norm = sum_dnorm_norm / static_cast<float>(C);
-    float* dx = dinp + row;
-    for (int c = 0; c < C; ++c) {
-      const float norm = layernorm_normalized(ld(x[c]), mean[n], rstd[n]);
-      db[c] += d[c];
-      dw[c] += norm * d[c];
-      dx[c] += layernorm_input_grad(w[c] * d[c], norm, rstd[n], mean_dnorm, mean_dnorm_norm);
-    }
-  }
+  for_rows(N, C, [&](int n0, int n1) {
+    detail::dispatch(best_path(), [&]() ZERO_LOOP {
+      for (int n = n0; n < n1; ++n) {
+        const std::int64_t row = static_cast<std::int64_t>(n) * C;
+        const T* x = inp + row;
+        const float* d = dout + row;
+        float sum_dnorm = 0, sum_dnorm_norm = 0;
+        for (int c = 0; c < C; ++c) {
+          const float norm = layernorm_normalized(ld(x[c]), mean[n], rstd[n]);
+          const float dnorm = w[c] * d[c];
+          sum_dnorm += dnorm;
+          sum_dnorm_norm += dnorm * norm;
+        }
+        const float mean_dnorm = sum_dnorm / static_cast<float>(C);
+        const float mean_dnorm_norm = sum_dnorm_norm / static_cast<float>(C);
+        float* __restrict dx = dinp + row;
+        for (int c = 0; c < C; ++c) {
+          const float norm = layernorm_normalized(ld(x[c]), mean[n], rstd[n]);
+          dx[c] += layernorm_input_grad(w[c] * d[c], norm, rstd[n], mean_dnorm, mean_dnorm_norm);
+        }
+      }
+    });
+  });
+  for_columns(C, [&](int c0, int c1) {
+    detail::dispatch(best_path(), [&]() ZERO_LOOP {
+      for (int n = 0; n < N; ++n) {
+        const std::int64_t row = static_cast<std::int64_t>(n) * C;
+        const T* x = inp + row;
+        const float* d = dout + row;
+        const float mn = mean[n], rs = rstd[n];
+        float* __restrict dbp = db;
+        float* __restrict dwp = dw;
+        for (int c = c0; c < c1; ++c) {
+          const float norm = layernorm_normalized(ld(x[c]), mn, rs);
+          dbp[c] += d[c];
+          dwp[c] += norm * d[c];
+        }
+      }
+    });
+  });
 }
 
 template <class T>
@@ -153,11 +218,15 @@ void matmul_forward(T* out, const T* inp, const T* weight, const float* bias, in
   } else {
     float* acc = scratch.f(static_cast<std::size_t>(count));
     gemm_t(false, true, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, acc, OC);
-    for (int n = 0; n < N; ++n)
-      for (int o = 0; o < OC; ++o) {
-        const std::int64_t i = static_cast<std::int64_t>(n) * OC + o;
-        out[i] = st<T>(bias[o] + acc[i]);
-      }
+    for_rows(N, OC, [&](int n0, int n1) {
+      detail::dispatch(best_path(), [&]() ZERO_LOOP {
+        for (int n = n0; n < n1; ++n) {
+          const float* __restrict a = acc + static_cast<std::int64_t>(n) * OC;
+          T* __restrict o = out + static_cast<std::int64_t>(n) * OC;
+          for (int j = 0; j < OC; ++j) o[j] = st<T>(bias[j] + a[j]);
+        }
+      });
+    });
   }
 }
 
@@ -168,10 +237,15 @@ void matmul_backward(float* dinp, bool accumulate, float* dweight, float* dbias,
   gemm_t(false, false, N, C, OC, 1.0f, d, OC, weight, C, accumulate ? 1.0f : 0.0f, dinp, C);
   gemm_t(true, false, OC, C, N, 1.0f, d, OC, inp, C, 0.0f, dweight, C);
   std::fill(dbias, dbias + OC, 0.0f);
-  for (int n = 0; n < N; ++n) {
-    const float* row = dout + static_cast<std::int64_t>(n) * OC;
-    for (int o = 0; o < OC; ++o) dbias[o] += row[o];
-  }
+  for_columns(OC, [&](int o0, int o1) {
+    detail::dispatch(best_path(), [&]() ZERO_LOOP {
+      float* __restrict db = dbias;
+      for (int n = 0; n < N; ++n) {
+        const float* __restrict row = dout + static_cast<std::int64_t>(n) * OC;
+        for (int o = o0; o < o1; ++o) db[o] += row[o];
+      }
+    });
+  });
 }
 
 namespace {
@@ -266,24 +340,31 @@ void attention_backward(float* dqkv, const float* dout, const T* qkv, const floa
 
 // The element-wise loops run on the widest SIMD path (kernels/cpu/dispatch.hpp): the same
 // source and the same bits on each, since vectorising reorders nothing.
+// Element-wise: split in blocks of kElems.
 template <class T>
 void gelu_forward(T* out, const T* inp, std::int64_t n) {
-  detail::dispatch(best_path(), [&]() ZERO_LOOP {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = st<T>(gelu_element(ld(inp[i])));
+  for_blocks(static_cast<std::size_t>(n), kElems, [&](std::size_t b, std::size_t e) {
+    detail::dispatch(best_path(), [&]() ZERO_LOOP {
+      for (std::size_t i = b; i < e; ++i) out[i] = st<T>(gelu_element(ld(inp[i])));
+    });
   });
 }
 
 template <class T>
 void gelu_backward(float* dinp, const T* inp, const float* dout, std::int64_t n) {
-  detail::dispatch(best_path(), [&]() ZERO_LOOP {
-    for (std::int64_t i = 0; i < n; ++i) dinp[i] = gelu_backward_element(ld(inp[i]), dout[i]);
+  for_blocks(static_cast<std::size_t>(n), kElems, [&](std::size_t b, std::size_t e) {
+    detail::dispatch(best_path(), [&]() ZERO_LOOP {
+      for (std::size_t i = b; i < e; ++i) dinp[i] = gelu_backward_element(ld(inp[i]), dout[i]);
+    });
   });
 }
 
 template <class T>
 void residual_forward(T* out, const T* a, const T* b, std::int64_t n) {
-  detail::dispatch(best_path(), [&]() ZERO_LOOP {
-    for (std::int64_t i = 0; i < n; ++i) out[i] = st<T>(ld(a[i]) + ld(b[i]));
+  for_blocks(static_cast<std::size_t>(n), kElems, [&](std::size_t b0, std::size_t e) {
+    detail::dispatch(best_path(), [&]() ZERO_LOOP {
+      for (std::size_t i = b0; i < e; ++i) out[i] = st<T>(ld(a[i]) + ld(b[i]));
+    });
   });
 }
 
@@ -300,10 +381,12 @@ void logits_backward(float* dinp, float* dwte, const float* dlogits, const T* in
   gemm_t(true, false, V, C, N, 1.0f, d, V, inp, C, 0.0f, dwte, C);
 }
 
+// Per row; the rows' losses are summed in row order after.
 double crossentropy_forward_backward(float* logits, const std::int32_t* targets, int N, int V,
                                      float grad_scale) {
-  double loss = 0;
-  for (int n = 0; n < N; ++n) {
+  std::vector<double> row_loss(static_cast<std::size_t>(std::max(N, 0)));
+  for_blocks(static_cast<std::size_t>(std::max(N, 0)), 1, [&](std::size_t n0, std::size_t) {
+    const int n = static_cast<int>(n0);
     float* row = logits + static_cast<std::int64_t>(n) * V;
     float mx = row[0];
     for (int v = 1; v < V; ++v) mx = std::max(mx, row[v]);
@@ -312,11 +395,15 @@ double crossentropy_forward_backward(float* logits, const std::int32_t* targets,
     exp_shifted(row, V, mx);
     float sum = 0;
     for (int v = 0; v < V; ++v) sum += row[v];
-    loss += static_cast<double>(std::log(sum)) + static_cast<double>(mx) - logit;
+    row_loss[n0] = static_cast<double>(std::log(sum)) + static_cast<double>(mx) - logit;
     const float inv = 1.0f / sum;
-    for (int v = 0; v < V; ++v) row[v] = row[v] * inv * grad_scale;
+    detail::dispatch(best_path(), [&]() ZERO_LOOP {
+      for (int v = 0; v < V; ++v) row[v] = row[v] * inv * grad_scale;
+    });
     row[y] -= grad_scale;
-  }
+  });
+  double loss = 0;
+  for (const double l : row_loss) loss += l;
   return loss;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/norm_order.hpp"
 
 namespace zero::kernels::cpu {
@@ -31,6 +32,10 @@ ZERO_LOOP inline double block_sum(const float* __restrict x, double* __restrict 
   return a[0];
 }
 
+// Norm blocks per task of the rank's threads (kernels/cpu/thread_pool.hpp): each block's sum
+// is computed alone whichever thread runs it, so the split changes no bit.
+constexpr std::size_t kBlocksPerTask = 32;
+
 }  // namespace
 
 double squared_norm(std::span<const float> x, SimdPath path) {
@@ -38,10 +43,16 @@ double squared_norm(std::span<const float> x, SimdPath path) {
   const std::size_t nb = norm_block_count(n);
   if (nb == 0) return 0.0;
   std::vector<double> sums(nb);
+  const std::size_t full = n / kNormBlock;
+  for_blocks(full, kBlocksPerTask, [&](std::size_t b0, std::size_t b1) {
+    detail::dispatch(path, [&]() ZERO_LOOP {
+      alignas(64) std::array<double, kHalf> a;
+      for (std::size_t b = b0; b < b1; ++b)
+        sums[b] = block_sum(x.data() + b * kNormBlock, a.data());
+    });
+  });
   detail::dispatch(path, [&]() ZERO_LOOP {
     alignas(64) std::array<double, kHalf> a;
-    const std::size_t full = n / kNormBlock;
-    for (std::size_t b = 0; b < full; ++b) sums[b] = block_sum(x.data() + b * kNormBlock, a.data());
     if (full < nb) {  // the last, partial block, zero-padded as the order prescribes
       alignas(64) std::array<float, kNormBlock> tail{};
       std::copy(x.begin() + static_cast<std::ptrdiff_t>(full * kNormBlock), x.end(), tail.begin());
