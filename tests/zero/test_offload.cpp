@@ -15,7 +15,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "tests/zero/as_device.hpp"
+#include "comm/emulated_device.hpp"
 #include "tests/zero/engine_harness.hpp"
 #include "tests/zero/shared_temp_dir.hpp"
 
@@ -40,7 +40,7 @@ Config config_of(const RunSpec& spec, Offload o) {
 std::unique_ptr<comm::Communicator> world_of(comm::Communicator& parent, bool device) {
   auto own = parent.split(0, parent.rank());
   if (!device) return own;
-  return std::make_unique<zero::testing::AsDevice>(std::move(own));
+  return comm::make_emulated_device_communicator(std::move(own));
 }
 
 std::unique_ptr<Engine> engine_on(const Config& c, comm::Communicator& world, const RunSpec& spec,
