@@ -39,8 +39,9 @@ struct MemoryRow {
 // Offload's host memory beside the device's (docs/offload.md): rows "host params", "host grads",
 // "host master", "host optimizer", "host buffers" (stage 1's reduced shard and the staging of
 // the copies at its peak) and "host peak" (their sum: the engine's host memory, the trainer's
-// own not included), from the plan's host space and the ledger's. None when the plan keeps nothing on the host (no offload, or CPU ranks, whose
-// state is in host memory already and in the device rows).
+// own not included), from the plan's host space and the ledger's. None when the plan keeps
+// nothing on the host (no offload, or CPU ranks, whose state is in host memory already and in
+// the device rows).
 std::vector<MemoryRow> host_memory_rows(const Plan& plan, const LedgerSnapshot& host);
 
 // One line under the collectives table: what its payload, wire and in-flight columns count.

@@ -69,7 +69,8 @@ void store_from_master(EngineContext& ctx, const Slice& dst, const float* master
 // next units' backward; it is finished (waited for, then its bytes converted, or added with
 // accumulation > 1, with the same per-element code as the device path's GradF32 and
 // accumulator) before the next reduction takes a device buffer, or, for the last bucket, when
-// the step reads its units. So at most one copy is in flight, and its device buffer (a reduced
+// the step reads its units. So one copy is in flight during the backward (two after the step's
+// drain with overlap_comm: the last two reductions finish there), and its device buffer (a reduced
 // bucket's shards) is held through the backward of the next bucket's units: the price of the
 // overlap, counted by the planner as any buffer.
 class GradDownloads {
