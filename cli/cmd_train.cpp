@@ -256,11 +256,7 @@ Trained train_loop(Trainer& t) {
   return out;
 }
 
-// A memory category, as the planner predicted it for this run and as the ledger measured it.
-struct Row {
-  const char* name;
-  std::int64_t planned, measured;
-};
+using Row = MemoryRow;
 
 double diff_pct(std::int64_t planned, std::int64_t measured) {
   return measured == 0 ? (planned == 0 ? 0.0 : 100.0)
@@ -310,6 +306,8 @@ Measured measure(const Trainer& t, World& world) {
       {"activations", plan.device.activations, mem.activations},
       {"peak total", plan.peak_total, mem.peak_total},
   };
+  for (const Row& row : host_memory_rows(plan, engine.ledger().snapshot(comm::Memory::host)))
+    m.rows.push_back(row);
   return m;
 }
 

@@ -1,6 +1,7 @@
 // `zero train`'s memory per rank (cli/rank_memory.hpp).
 #include "cli/rank_memory.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace zero::cli {
@@ -42,6 +43,29 @@ boost::json::array rank_memory_json(std::span<const std::int64_t> all) {
     out.push_back(std::move(o));
   }
   return out;
+}
+
+std::vector<MemoryRow> host_memory_rows(const Plan& plan, const LedgerSnapshot& host) {
+  if (plan.host.total() == 0) return {};
+  auto cur = [&](Category c) { return host[c].current; };
+  const std::int64_t states = cur(Category::params) + cur(Category::grads) +
+                              cur(Category::master) + cur(Category::optimizer_m) +
+                              cur(Category::optimizer_v);
+  // The engine's own: stage 1's reduced shard, and the staging of the copies at its peak (a
+  // bucket's shards going down and the new params going up are never held at once). Not the
+  // trainer's host memory (the emulated device's GPT keeps its activations there).
+  const std::int64_t buffers = cur(Category::reduced_grads) +
+                               std::max(host[Category::buckets].peak,
+                                        host[Category::step_scratch].peak);
+  return {
+      {"host params", plan.host.params, cur(Category::params)},
+      {"host grads", plan.host.grads, cur(Category::grads)},
+      {"host master", plan.host.master, cur(Category::master)},
+      {"host optimizer", plan.host.optimizer,
+       cur(Category::optimizer_m) + cur(Category::optimizer_v)},
+      {"host buffers", plan.host.buffers, buffers},
+      {"host peak", plan.host.total(), states + buffers},
+  };
 }
 
 void print_collectives_legend() {

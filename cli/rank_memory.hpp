@@ -29,6 +29,21 @@ void print_rank_memory(std::span<const std::int64_t> all, double params,
 // --json's "memory_bytes": an object per rank, keyed by kRankMemoryKeys.
 boost::json::array rank_memory_json(std::span<const std::int64_t> all);
 
+// A row of the planned vs measured table: a memory category as the planner predicted it for
+// this run and as the ledger measured it (rank 0's).
+struct MemoryRow {
+  const char* name;
+  std::int64_t planned, measured;
+};
+
+// Offload's host memory beside the device's (docs/offload.md): rows "host params", "host grads",
+// "host master", "host optimizer", "host buffers" (stage 1's reduced shard and the staging of
+// the copies at its peak) and "host peak" (their sum: the engine's host memory, the trainer's
+// own not included), from the plan's host space and the ledger's. None when the plan keeps
+// nothing on the host (no offload, or CPU ranks, whose state is in host memory already and in
+// the device rows).
+std::vector<MemoryRow> host_memory_rows(const Plan& plan, const LedgerSnapshot& host);
+
 // One line under the collectives table: what its payload, wire and in-flight columns count.
 void print_collectives_legend();
 

@@ -45,6 +45,20 @@ class Backend {
   // From memory() into host memory; blocks until the bytes are there (after earlier work).
   virtual void download(void* host, const void* src, std::size_t bytes) = 0;
 
+  // ZeRO-Offload's copies between memory() and host memory, beside the compute: each is ordered
+  // after the work queued so far and runs on a copy engine of its own (CUDA: a copy stream, so
+  // that a reduced shard goes to the host while the backward's kernels run; the CPU backends: a
+  // helper thread). Until wait_copy(ticket) returns, the caller reads neither buffer's
+  // destination and writes neither source. Tickets are waited for in any order; one that is
+  // waited for twice, or the empty ticket, returns at once.
+  struct CopyTicket {
+    std::uint64_t id = 0;  // 0: nothing to wait for
+  };
+  virtual CopyTicket download_async(void* host, const void* src, std::size_t bytes) = 0;
+  virtual CopyTicket upload_async(void* dst, const void* host, std::size_t bytes) = 0;
+  // Blocks until the ticket's copy is done (on CUDA: its event; later kernels see its bytes).
+  virtual void wait_copy(CopyTicket ticket) = 0;
+
   // dst[i] = src[i] rounded to dt (RNE) or copied (f32).
   virtual void store_from_f32(void* dst, DType dt, const float* src, std::int64_t n) = 0;
   // dst[i] = float(src[i]) (exact).

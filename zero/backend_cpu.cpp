@@ -1,7 +1,11 @@
 // The CPU backend: host memory and kernels/cpu, whose loops split across the calling thread's
 // pool (zero/compute_threads.hpp) (zero/backend.hpp).
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <span>
+#include <thread>
 
 #include "kernels/cpu/adamw.hpp"
 #include "kernels/cpu/optimizers.hpp"
@@ -13,6 +17,63 @@
 
 namespace zero {
 namespace {
+
+// The copies of download_async/upload_async, made on a thread of their own in the order they
+// were asked for, so that the caller computes meanwhile as it would beside a GPU's copy stream.
+// Started at the first copy (a run without offload never starts it); joined on destruction,
+// after the copies asked for.
+class CopyThread {
+ public:
+  CopyThread() = default;
+  CopyThread(const CopyThread&) = delete;
+  CopyThread& operator=(const CopyThread&) = delete;
+  ~CopyThread() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  std::uint64_t start(void* dst, const void* src, std::size_t bytes) {
+    std::lock_guard lock(mutex_);
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    queue_.push_back({dst, src, bytes});
+    changed_.notify_all();
+    return ++asked_;
+  }
+  void wait(std::uint64_t ticket) {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return done_ >= ticket; });
+  }
+
+ private:
+  struct Copy {
+    void* dst;
+    const void* src;
+    std::size_t bytes;
+  };
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, every copy made
+      const Copy c = queue_.front();
+      lock.unlock();
+      if (c.dst != c.src) std::memcpy(c.dst, c.src, c.bytes);
+      lock.lock();
+      queue_.pop_front();
+      ++done_;
+      changed_.notify_all();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Copy> queue_;
+  std::uint64_t asked_ = 0, done_ = 0;  // tickets are 1, 2, ...: done in the order asked
+  bool stop_ = false;
+  std::thread thread_;
+};
 
 class CpuBackend : public Backend {
  public:
@@ -26,6 +87,15 @@ class CpuBackend : public Backend {
   }
   void upload(void* dst, const void* host, std::size_t bytes) override { copy(dst, host, bytes); }
   void download(void* host, const void* src, std::size_t bytes) override { copy(host, src, bytes); }
+  CopyTicket download_async(void* host, const void* src, std::size_t bytes) override {
+    return {copies_.start(host, src, bytes)};
+  }
+  CopyTicket upload_async(void* dst, const void* host, std::size_t bytes) override {
+    return {copies_.start(dst, host, bytes)};
+  }
+  void wait_copy(CopyTicket t) override {
+    if (t.id != 0) copies_.wait(t.id);
+  }
 
   void store_from_f32(void* dst, DType dt, const float* src, std::int64_t n) override {
     const auto k = static_cast<std::size_t>(n);
@@ -141,6 +211,7 @@ class CpuBackend : public Backend {
   }
   std::vector<double> norms_;
   std::vector<std::int64_t> first_bad_;  // per slot, -1: none
+  CopyThread copies_;
 };
 
 // Host memory that the ledger counts as device memory (EngineOptions::emulate_device).

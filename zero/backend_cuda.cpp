@@ -5,7 +5,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <new>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "kernels/cuda/check.hpp"
 #include "kernels/cuda/device.hpp"
@@ -129,6 +133,21 @@ class CudaBackend final : public Backend {
   void download(void* host, const void* src, std::size_t bytes) override {
     ZERO_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, native(stream_)));
     synchronize();
+  }
+  CopyTicket download_async(void* host, const void* src, std::size_t bytes) override {
+    return start_copy(host, src, bytes, cudaMemcpyDeviceToHost);
+  }
+  CopyTicket upload_async(void* dst, const void* host, std::size_t bytes) override {
+    return start_copy(dst, host, bytes, cudaMemcpyHostToDevice);
+  }
+  void wait_copy(CopyTicket t) override {
+    for (auto it = copies_.begin(); it != copies_.end(); ++it) {
+      if (it->id != t.id) continue;
+      it->done.synchronize();  // the CPU optimizer reads (or reuses) the host buffer next
+      spare_events_.push_back(std::move(it->done));
+      copies_.erase(it);
+      return;
+    }
   }
 
   void store_from_f32(void* dst, DType dt, const float* src, std::int64_t n) override {
@@ -275,7 +294,39 @@ class CudaBackend final : public Backend {
     b = cu::DeviceBuffer(bytes);
   }
 
+  // A copy on the copy stream, after the work queued on the compute stream so far (an event
+  // recorded there and waited for on the copy stream: the host does not stall). Its own stream
+  // so that the PCIe transfer runs beside the backward's kernels instead of between them.
+  CopyTicket start_copy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+    if (!copy_stream_) copy_stream_.emplace();
+    cu::Event queued = take_event();
+    queued.record(ref());
+    queued.wait_on(copy_stream_->ref());
+    ZERO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, native(copy_stream_->ref().handle)));
+    cu::Event done = take_event();
+    done.record(copy_stream_->ref());
+    // A stream's wait takes the event's state when it is called: the event may be recorded again.
+    spare_events_.push_back(std::move(queued));
+    copies_.push_back({++last_copy_, std::move(done)});
+    return {last_copy_};
+  }
+  cu::Event take_event() {
+    if (spare_events_.empty()) return cu::Event();
+    cu::Event e = std::move(spare_events_.back());
+    spare_events_.pop_back();
+    return e;
+  }
+
   void* stream_ = nullptr;
+  // ZeRO-Offload's copies: the stream, created at the first copy, and each copy's done event.
+  struct Copy {
+    std::uint64_t id;
+    cu::Event done;
+  };
+  std::optional<cu::Stream> copy_stream_;
+  std::deque<Copy> copies_;
+  std::vector<cu::Event> spare_events_;
+  std::uint64_t last_copy_ = 0;
   int device_ = 0;
   std::string name_;
   // Per-unit slots: norms, and the first non-finite update (u64, all ones = none). Like the

@@ -112,6 +112,9 @@ struct EngineStats {
   // stays 0.
   std::int64_t reductions_overlapped = 0;
   int max_reductions_in_flight = 0;  // the most in flight when a reduce_grads call returned
+  // Optimizer offload: reduced shards whose copy to the host ran behind the trainer's
+  // computation of another unit (started when the reduction finished, waited for later).
+  std::int64_t offload_copies_overlapped = 0;
   std::int64_t applied_steps = 0;
   std::int64_t skipped_steps = 0;
   std::int64_t consecutive_skipped_steps = 0;  // the run of skips that ends at the last step()

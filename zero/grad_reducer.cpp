@@ -69,6 +69,7 @@ void GradReducer::end_step() {
   for (UnitGrads& run : units_) run.reductions = 0;
   reduce_log_.clear();
   if (!accum_.empty()) ctx_.backend->fill_zero(accum_.data(), accum_.bytes());
+  downloads_.finish_all();  // a step that skipped may not have read every unit
   if (!offloaded_.empty() && ctx_.settings.accumulation > 1)
     ctx_.host_backend->fill_zero(offloaded_.data(), offloaded_.bytes());
 }
@@ -162,6 +163,9 @@ void GradReducer::start_grad_sync(int first, int last, Allocation input, const S
   Reduction r;
   r.first = first;
   r.last = last;
+  // Optimizer offload: the copy of the bucket before has run behind the backward since; it is
+  // finished, and its device buffer freed, before this reduction takes one.
+  downloads_.finish_all();
   {
     // Handing a collective to the communicator wakes its thread, which may run at once on a busy
     // CPU: that is communication time too (EngineStats::wait_seconds).
@@ -235,7 +239,7 @@ void GradReducer::finish_grad_sync() {
   in_flight_.pop_front();
 }
 
-void GradReducer::unpack_and_accumulate(const Reduction& r) {
+void GradReducer::unpack_and_accumulate(Reduction& r) {
   const Layout& layout = ctx_.layout;
   const auto& F = layout.units[r.first];
   const auto& L = layout.units[r.last];
@@ -243,7 +247,9 @@ void GradReducer::unpack_and_accumulate(const Reduction& r) {
   const DType dt = reduced_data_dtype();
   if (!offloaded_.empty()) {
     const std::int64_t n = L.shard_offset + L.shard_numel - F.shard_offset;
-    offload_reduced(ctx_, slice(r.block, dt, 0, n), offloaded_.as<float>().data() + F.shard_offset);
+    const Slice reduced = slice(r.block, dt, 0, n);
+    downloads_.start(std::move(r.block), reduced, offloaded_.as<float>().data() + F.shard_offset,
+                     r.first, r.last);
     return;
   }
   if (!r.packed_out.empty()) {            // stage 0, several units: back to unit-major order

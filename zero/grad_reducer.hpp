@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "zero/engine_context.hpp"
+#include "zero/offload.hpp"
 #include "zero/wire.hpp"
 
 namespace zero {
@@ -38,8 +39,10 @@ class GradReducer {
   DType reduced_data_dtype() const;  // reduced_data's: the working dtype where it aliases the grads
   const void* reduced_data(std::int64_t offset, std::int64_t n) const;
   const Allocation& accumulator() const { return accum_; }
-  // Optimizer offload: the fp32 reduced (and accumulated) shard in host memory, or empty.
+  // Optimizer offload: the fp32 reduced (and accumulated) shard in host memory, or empty; unit
+  // u's part is there once offloaded_unit(u) has returned (its copy may be in flight till then).
   const Allocation& offloaded() const { return offloaded_; }
+  void offloaded_unit(int u) { downloads_.finish_unit(u); }
   int reductions(int u) const { return units_[static_cast<std::size_t>(u)].reductions; }
   const std::vector<int>& reduce_log() const { return reduce_log_; }
   bool idle() const;  // no reduce_grads call since the last step, none in flight
@@ -77,7 +80,7 @@ class GradReducer {
   void start_grad_sync(int first, int last, Allocation input, const Slice& in);
   void finish_grad_sync();           // the oldest: waits, unpacks and folds it, frees its buffers
   void finish_reductions_of(int u);  // until none holds unit u's gradients
-  void unpack_and_accumulate(const Reduction& r);
+  void unpack_and_accumulate(Reduction& r);
 
   EngineContext& ctx_;
   std::unique_ptr<ReducePath> path_;
@@ -90,6 +93,7 @@ class GradReducer {
   // fp32 sum over micro-batches (gradient_accumulation_steps > 1), shaped like the reduced one.
   Allocation accum_;
   Allocation offloaded_;  // optimizer offload: the fp32 shard on the host (replaces both above)
+  GradDownloads downloads_{ctx_};  // optimizer offload: the copies into offloaded_
   std::vector<BucketFill> buckets_;  // indexed like Layout::buckets
   std::deque<Reduction> in_flight_;  // issued, not finished, oldest first
   std::vector<int> reduce_log_;      // the units passed to reduce_grads since the last step

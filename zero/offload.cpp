@@ -11,17 +11,48 @@ ParamsOut::ParamsOut(EngineContext& ctx, const Slice& dst) : ctx_(ctx), dst_(dst
   target_ = slice(staged_, dst.dtype, 0, dst.count);
 }
 
-void ParamsOut::finish() {
+ParamsOut::~ParamsOut() {
+  try {
+    wait();
+  } catch (...) {
+    // Only when unwinding from another error, which is the one to report.
+  }
+}
+
+void ParamsOut::start() {
   // A counting run's host buffers are addresses that were never mapped: nothing to move.
-  if (staged_.empty() || ctx_.options.count_only) return;
+  if (staged_.empty() || ctx_.options.count_only || ticket_.id != 0) return;
   const auto n = static_cast<std::size_t>(bytes(dst_.count, dst_.dtype));
   // The state on the host, the params on the device (optimizer offload), or the state on the
   // device and the param shard on the host (param offload alone).
-  if (target_.memory == comm::Memory::host)
-    ctx_.backend->upload(dst_.data, target_.data, n);
-  else
-    ctx_.backend->download(dst_.data, target_.data, n);
+  ticket_ = target_.memory == comm::Memory::host
+                ? ctx_.backend->upload_async(dst_.data, target_.data, n)
+                : ctx_.backend->download_async(dst_.data, target_.data, n);
+}
+
+void ParamsOut::wait() {
+  if (staged_.empty()) return;
+  const Backend::CopyTicket t = ticket_;
+  ticket_ = {};
+  ctx_.backend->wait_copy(t);
   staged_.reset();
+}
+
+ParamsOut& ParamsUploads::open(const Slice& dst) {
+  open_ = std::make_unique<ParamsOut>(ctx_, dst);
+  return *open_;
+}
+
+void ParamsUploads::started() {
+  open_->start();
+  if (moving_) moving_->wait();  // it ran while open_'s unit was updated
+  moving_ = std::move(open_);
+  if (!moving_->uploads()) finish_all();
+}
+
+void ParamsUploads::finish_all() {
+  if (moving_) moving_->wait();
+  moving_.reset();
 }
 
 void store_from_master(EngineContext& ctx, const Slice& dst, const float* master) {
@@ -31,19 +62,64 @@ void store_from_master(EngineContext& ctx, const Slice& dst, const float* master
   out.finish();
 }
 
-void offload_reduced(EngineContext& ctx, const Slice& reduced, float* host) {
-  const auto n = static_cast<std::size_t>(bytes(reduced.count, reduced.dtype));
-  const bool moves = !ctx.options.count_only;  // a counting run's host buffers are not mapped
-  if (ctx.settings.accumulation == 1 && reduced.dtype == DType::f32) {
-    if (moves) ctx.backend->download(host, reduced.data, n);
-    return;
+GradDownloads::~GradDownloads() {
+  for (Copy& c : in_flight_) {
+    try {
+      ctx_.backend->wait_copy(c.ticket);
+    } catch (...) {
+      // Only when unwinding from another error, which is the one to report.
+    }
   }
-  Allocation staged = ctx.ledger.allocate_unset(Category::buckets, n, comm::Memory::host);
-  if (moves) ctx.backend->download(staged.data(), reduced.data, n);
-  if (ctx.settings.accumulation == 1)
-    ctx.host_backend->load_to_f32(host, staged.data(), reduced.dtype, reduced.count);
-  else
-    ctx.host_backend->accumulate(host, staged.data(), reduced.dtype, reduced.count);
+}
+
+void GradDownloads::start(Allocation block, const Slice& reduced, float* host, int first,
+                          int last) {
+  Copy c;
+  c.block = std::move(block);
+  c.reduced = reduced;
+  c.host = host;
+  c.first = first;
+  c.last = last;
+  c.started_at = ctx_.trainer_calls;
+  const auto n = static_cast<std::size_t>(bytes(reduced.count, reduced.dtype));
+  // One micro-batch of fp32 sums lands as it is; otherwise staged in the reduce dtype, converted
+  // or added when finished.
+  const bool direct = ctx_.settings.accumulation == 1 && reduced.dtype == DType::f32;
+  if (!direct) c.staged = ctx_.ledger.allocate_unset(Category::buckets, n, comm::Memory::host);
+  // A counting run's host buffers are addresses that were never mapped: nothing to move.
+  if (!ctx_.options.count_only)
+    c.ticket = ctx_.backend->download_async(direct ? host : c.staged.data(), reduced.data, n);
+  in_flight_.push_back(std::move(c));
+}
+
+void GradDownloads::finish_front() {
+  Copy& c = in_flight_.front();
+  {
+    const ScopeTimer t = ctx_.waiting();  // what the copy did not hide behind the backward
+    ctx_.backend->wait_copy(c.ticket);
+  }
+  if (ctx_.trainer_calls > c.started_at) ++ctx_.stats.offload_copies_overlapped;
+  if (!c.staged.empty() && !ctx_.options.count_only) {
+    if (ctx_.settings.accumulation == 1)
+      ctx_.host_backend->load_to_f32(c.host, c.staged.data(), c.reduced.dtype, c.reduced.count);
+    else
+      ctx_.host_backend->accumulate(c.host, c.staged.data(), c.reduced.dtype, c.reduced.count);
+  }
+  ctx_.spares.keep(std::move(c.block));
+  in_flight_.pop_front();
+}
+
+void GradDownloads::finish_all() {
+  while (!in_flight_.empty()) finish_front();
+}
+
+void GradDownloads::finish_unit(int u) {
+  bool held = false;
+  for (const Copy& c : in_flight_) held |= c.first <= u && u <= c.last;
+  while (held) {
+    held = !(in_flight_.front().first <= u && u <= in_flight_.front().last);
+    finish_front();
+  }
 }
 
 }  // namespace zero

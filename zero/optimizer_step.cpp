@@ -17,7 +17,7 @@ namespace zero {
 // With optimizer offload: the fp32 shard the reducer brought to the host.
 class OptimizerStep::GradF32 {
  public:
-  GradF32(EngineContext& ctx, const GradReducer& reducer)
+  GradF32(EngineContext& ctx, GradReducer& reducer)
       : ctx_(ctx), reducer_(reducer), dtype_(reducer.reduced_data_dtype()) {
     if (ctx.settings.accumulation == 1 && dtype_ != DType::f32 && !ctx.settings.offload) {
       std::int64_t most = 0;
@@ -28,7 +28,10 @@ class OptimizerStep::GradF32 {
   }
   const float* operator()(int u) {
     const std::int64_t off = ctx_.reduced_offset(u), n = ctx_.state_count(u);
-    if (ctx_.settings.offload) return reducer_.offloaded().as<float>().data() + off;
+    if (ctx_.settings.offload) {
+      reducer_.offloaded_unit(u);  // waits for this unit's copy only
+      return reducer_.offloaded().as<float>().data() + off;
+    }
     if (ctx_.settings.accumulation > 1) return reducer_.accumulator().as<float>().data() + off;
     const void* src = reducer_.reduced_data(off, n);
     if (dtype_ == DType::f32) return static_cast<const float*>(src);
@@ -38,7 +41,7 @@ class OptimizerStep::GradF32 {
 
  private:
   EngineContext& ctx_;
-  const GradReducer& reducer_;
+  GradReducer& reducer_;
   DType dtype_;
   Allocation scratch_;
 };
@@ -265,9 +268,9 @@ RegionUpdate OptimizerStep::region(int u, const float* g, const Slice& out) cons
 // state's backend (the device's kernels, or the CPU's with optimizer offload, zero/offload.hpp),
 // and the new params reach `out_params` from there.
 void OptimizerStep::update_unit(int u, const float* g, const Slice& out_params) {
-  ParamsOut moved(ctx_, out_params);
+  ParamsOut& moved = uploads_.open(out_params);
   optimizer_->update(region(u, g, moved.target()));
-  moved.finish();
+  uploads_.started();  // on its way while the next unit is updated
 }
 
 // 6. The optimizer on each unit's region; the new working params go straight where they live
@@ -289,6 +292,7 @@ void OptimizerStep::update(GradF32& grads, const StepScalars& sc) {
       u = run.last;
     }
   }
+  uploads_.finish_all();
 }
 
 // A run of units whose new shards are staged side by side (this rank's shards of the run are
@@ -308,6 +312,7 @@ void OptimizerStep::update_run(GradF32& grads, const ParamGatherer::Run& run) {
     const auto& V = ctx_.layout.units[v];
     update_unit(v, grads(v), slice(staged, wd, mine + V.shard_offset - base, V.shard_numel));
   }
+  uploads_.finish_all();
   gatherer_.all_gather_run(run, staged);
   ctx_.spares.keep(std::move(staged));
 }

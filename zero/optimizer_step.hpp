@@ -15,6 +15,7 @@
 #include "precision/loss_scaler.hpp"
 #include "zero/engine_context.hpp"
 #include "zero/grad_reducer.hpp"
+#include "zero/offload.hpp"
 #include "zero/optimizer.hpp"
 #include "zero/param_gatherer.hpp"
 #include "zero/param_groups.hpp"
@@ -65,6 +66,7 @@ class OptimizerStep {
   ModelStates& states_;
   ParamGatherer& gatherer_;
   GradReducer& reducer_;
+  ParamsUploads uploads_{ctx_};  // the new params on their way to the device (optimizer offload)
   // The update, over segments of one parameter group unit by unit; a slot's index is its
   // Backend slot (fetch_nonfinite).
   std::unique_ptr<Optimizer> optimizer_;

@@ -371,18 +371,26 @@ double optimizer_bytes_per_param(const Settings& settings, PlanOptimizer optimiz
 
 namespace {
 
-// Offload's PCIe bytes over one step: each micro-batch's reduced shard down, the new params up;
-// with param offload each stage-3 gather (forward and backward) uploads its shard first.
-double offload_seconds(const Plan& plan) {
+// Offload's PCIe time over one step that no computation hides, as the engine schedules the
+// copies (zero/offload.hpp): the reduced shards go down bucket by bucket, each copy running
+// behind the backward (or the next micro-batch's forward) that follows its reduction, so all but
+// the step's last bucket's hide behind the compute, as far as it lasts; the new params go up unit
+// by unit, each behind the CPU update of the next unit, so they hide behind the optimizer's time,
+// as far as it lasts (the last unit's upload is counted as hidden: one unit of many). With param
+// offload each stage-3 gather (forward and backward) uploads its shard first, waited for.
+double offload_seconds(const Plan& plan, double compute, double optimizer) {
   const Settings& set = plan.settings;
   const double shard = static_cast<double>(plan.padded_numel) / plan.shard_size;
   const double K = static_cast<double>(std::max<std::int64_t>(1, set.accumulation));
   const double r = static_cast<double>(size_of(set.reduce_dtype));
   const double w = static_cast<double>(size_of(set.work_dtype));
-  double bytes = 0;
-  if (set.offload) bytes += K * shard * r + shard * w;
-  if (set.offload_params) bytes += 2 * K * shard * w;
-  return bytes / kOffloadPcieBandwidth;
+  const double copies = static_cast<double>(
+      std::max<std::int64_t>(1, plan.phases.reductions.shard.reduce_scatter.calls));
+  const double down = set.offload ? K * shard * r / kOffloadPcieBandwidth : 0;
+  const double up = set.offload ? shard * w / kOffloadPcieBandwidth : 0;
+  const double gathers = set.offload_params ? 2 * K * shard * w / kOffloadPcieBandwidth : 0;
+  const double hidden_down = std::min(down * (1 - 1 / copies), compute);
+  return down - hidden_down + up - std::min(up, optimizer) + gathers;
 }
 
 }  // namespace
@@ -435,7 +443,7 @@ StepTime estimate_step(const Plan& plan, const PlanInput& in, const TimeInput& t
   s.optimizer_bytes_per_param = optimizer_bytes_per_param(set, in.optimizer);
   s.optimizer = owned * s.optimizer_bytes_per_param /
                 (set.offload ? kOffloadHostBandwidth : c.hbm_bandwidth * c.hbm_efficiency);
-  s.offload = offload_seconds(plan);
+  s.offload = offload_seconds(plan, s.compute, s.optimizer);
 
   s.step = s.compute + s.comm_exposed + s.offload + s.optimizer;
   s.tokens_per_second = s.step > 0 ? t.tokens_per_step / s.step : 0;

@@ -134,7 +134,7 @@ struct StepTime {
   double compute = 0;       // forward and backward on one GPU
   double optimizer = 0;     // the optimizer step over this GPU's shard (on the CPU when offloaded)
   double optimizer_bytes_per_param = 0;
-  double offload = 0;       // offload's PCIe transfers, waited for (0 without offload)
+  double offload = 0;       // offload's PCIe transfers that nothing hides (0 without offload)
   double step = 0;  // compute + comm_exposed + offload + optimizer
   double tokens_per_second = 0;
   double mfu = 0;                  // flops_per_step / (step * ranks * peak_flops)
@@ -173,7 +173,9 @@ inline constexpr double kOffloadHostBandwidth = 25e9;
 // hbm_efficiency)). With optimizer offload (docs/offload.md) the optimizer streams host memory
 // at kOffloadHostBandwidth instead, and offload's transfers (the reduced shard down at each
 // micro-batch, the new params up, with param offload each gather's shard up) cross PCIe at
-// kOffloadPcieBandwidth, all waited for. Throws zero::Error for a bad TimeInput.
+// kOffloadPcieBandwidth: the reduced shards hide behind the compute but the step's last
+// bucket's, the uploads behind the CPU update, the gathers' uploads are waited for (the engine's
+// schedule, zero/offload.hpp). Throws zero::Error for a bad TimeInput.
 StepTime estimate_step(const Plan& plan, const PlanInput& input, const TimeInput& time);
 
 // The index of the fastest step among those that fit, or nullopt when none fits.

@@ -18,6 +18,7 @@
 #include "comm/emulated_device.hpp"
 #include "tests/zero/engine_harness.hpp"
 #include "tests/zero/shared_temp_dir.hpp"
+#include "zero/backend.hpp"
 
 using namespace zero;
 using zero::testing::RunSpec;
@@ -167,6 +168,54 @@ TEST_CASE("Offload on the emulated device trains bitwise as without it, at stage
           if (o.params) CHECK(cur(off.host, Category::params) > 0);
         }
       }
+}
+
+// The schedule of the copies: a bucket's reduced shards start for the host when its reduction
+// is done and are waited for only when the next reduction needs a device buffer, or at the step,
+// so every copy but the step's last (with overlap_comm, the last two: their reductions finish in
+// step()'s drain) runs while the trainer computes the next units (a micro-batch's last copy
+// behind the next micro-batch's forward).
+TEST_CASE("A reduced shard's copy to the host runs behind the next units' backward") {
+  auto world = comm::make_mpi_communicator();
+  for (int stage : {1, 2, 3})
+    for (bool overlap : {false, true})
+      for (std::int64_t accum : {1, 2}) {
+        RunSpec spec;
+        spec.stage = stage;
+        spec.steps = 2;
+        spec.overlap = overlap;
+        spec.accumulation = accum;
+        spec.reduce_bucket = 1;  // a bucket per unit
+        INFO("stage " << stage << ", overlap " << overlap << ", accumulation " << accum);
+        auto w = world_of(*world, true);
+        auto e = engine_on(config_of(spec, {true, false}), *w, spec, true);
+        init(*e, spec);
+        train(*e, spec, w->rank(), w->size(), 0, spec.steps);
+        const auto buckets = static_cast<std::int64_t>(e->layout().buckets.size());
+        REQUIRE(buckets >= 3);
+        CHECK(e->stats().offload_copies_overlapped ==
+              spec.steps * (accum * buckets - (overlap ? 2 : 1)));
+      }
+}
+
+TEST_CASE("The device backends' asynchronous copies move the bytes, waited for in any order") {
+  for (auto make : {make_emulated_device_backend, make_cpu_backend}) {
+    auto b = make();
+    std::vector<float> src(1 << 16), mid(src.size()), back(src.size());
+    for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) * 0.5f;
+    const std::size_t n = src.size() * sizeof(float);
+    const Backend::CopyTicket down = b->download_async(mid.data(), src.data(), n);
+    b->wait_copy(down);
+    const Backend::CopyTicket up = b->upload_async(back.data(), mid.data(), n);
+    const Backend::CopyTicket again = b->download_async(src.data(), src.data(), n);
+    b->wait_copy(again);  // later ticket first: the earlier one is done too (one copy engine)
+    b->wait_copy(up);
+    b->wait_copy(up);  // twice: returns at once
+    b->wait_copy({});
+    CHECK(back == src);
+    CHECK(down.id != 0);
+    CHECK(up.id != down.id);
+  }
 }
 
 TEST_CASE("Offload trains bitwise as without it with shard groups (MiCS) and hpZ") {
