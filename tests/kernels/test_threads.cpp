@@ -3,10 +3,16 @@
 // with no pool at all.
 #include <catch2/catch.hpp>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <thread>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+#include <string>
+#include <type_traits>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -32,30 +38,85 @@ using zero::kernels::test::uniform_values;
 
 namespace {
 
-// Every output of a kernel as raw bytes, so that runs compare bit for bit (NaNs included).
-using Bytes = std::vector<unsigned char>;
+// Every output of a kernel as raw bytes, so that runs compare bit for bit (NaNs included), with
+// the type of each part kept so that a difference is reported as one element's two values.
+struct Part {
+  std::size_t offset, count, size;
+  std::string (*show)(const unsigned char*);
+};
+struct Bytes {
+  std::vector<unsigned char> data;
+  std::vector<Part> parts;
+};
+
+template <class T>
+std::string show(const unsigned char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  std::ostringstream s;
+  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, fp16>) {
+    s << std::setprecision(9) << to_float(v) << " (0x" << std::hex << v.bits << ')';
+  } else if constexpr (std::is_same_v<T, float>) {
+    s << std::setprecision(9) << v << " (0x" << std::hex << std::bit_cast<std::uint32_t>(v) << ')';
+  } else if constexpr (std::is_floating_point_v<T>) {
+    s << std::setprecision(17) << v;
+  } else {
+    s << +v;
+  }
+  return s.str();
+}
+
+template <class T>
+void append_elements(Bytes& out, const T* v, std::size_t count) {
+  const auto* p = reinterpret_cast<const unsigned char*>(v);
+  out.parts.push_back({out.data.size(), count, sizeof(T), &show<T>});
+  out.data.insert(out.data.end(), p, p + count * sizeof(T));
+}
 template <class T>
 void append(Bytes& out, const std::vector<T>& v) {
-  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
-  out.insert(out.end(), p, p + v.size() * sizeof(T));
+  append_elements(out, v.data(), v.size());
 }
 template <class T>
 void append_value(Bytes& out, const T& v) {
-  const auto* p = reinterpret_cast<const unsigned char*>(&v);
-  out.insert(out.end(), p, p + sizeof(T));
+  append_elements(out, &v, 1);
+}
+
+// "" when `got` equals `want` bit for bit; else one short line: the first element that differs
+// (which output, its index, both values) and how many differ (Catch would print whole vectors).
+std::string difference(const Bytes& got, const Bytes& want) {
+  if (got.data == want.data) return "";
+  if (got.parts.size() != want.parts.size() || got.data.size() != want.data.size())
+    return "the outputs differ in shape: " + std::to_string(got.parts.size()) + " parts of " +
+           std::to_string(got.data.size()) + " bytes vs " + std::to_string(want.parts.size()) +
+           " of " + std::to_string(want.data.size());
+  std::string first;
+  std::size_t differ = 0, total = 0;
+  for (std::size_t k = 0; k < got.parts.size(); ++k) {
+    const Part& part = got.parts[k];
+    total += part.count;
+    for (std::size_t i = 0; i < part.count; ++i) {
+      const std::size_t at = part.offset + i * part.size;
+      if (std::memcmp(&got.data[at], &want.data[at], part.size) == 0) continue;
+      if (differ++ == 0)
+        first = "output " + std::to_string(k) + " element " + std::to_string(i) + ": got " +
+                part.show(&got.data[at]) + ", want " + part.show(&want.data[at]);
+    }
+  }
+  return first + "; " + std::to_string(differ) + " of " + std::to_string(total) +
+         " elements differ";
 }
 
 // run() with no pool (the serial reference), then on pools of 1, 2 and 3 threads: every result
 // must equal the reference's bytes.
 void same_at_every_count(const std::function<Bytes()>& run) {
   const Bytes reference = run();
-  REQUIRE(!reference.empty());
+  REQUIRE(!reference.data.empty());
   for (int threads : {1, 2, 3}) {
     cpu::ThreadPool pool(threads);
     const cpu::PoolScope scope(&pool);
     CHECK(cpu::current_threads() == threads);
     INFO("threads " << threads);
-    CHECK(run() == reference);
+    CHECK(difference(run(), reference) == "");
   }
 }
 
@@ -291,7 +352,7 @@ TEST_CASE("a GEMM split in row blocks gives the whole call's bits at every threa
         };
         Bytes one;
         append(one, whole);
-        CHECK(blocked() == one);
+        CHECK(difference(blocked(), one) == "");
         same_at_every_count(blocked);
         CHECK(cpu::gemm_block_rows(m) % 24 == 0);
       }
