@@ -2,6 +2,7 @@
 // once, and every kernel that splits across it returns the same bits at 1, 2 and 3 threads as
 // with no pool at all.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -326,9 +327,9 @@ TEST_CASE("the GPT's element-wise ops, LayerNorm and the loss are bitwise indepe
 TEST_CASE("a GEMM split in row blocks gives the whole call's bits at every thread count",
           "[threads]") {
   // OpenBLAS, single-threaded in each block, gives the rows of a block the bits one call gives
-  // them when the blocks are multiples of its row walk (gemm_block_rows); its own threads do not.
+  // them when the cuts are multiples of its row walk (GemmRowCuts::kUnit); its own threads do not.
   const int shapes[][3] = {{512, 384, 128}, {500, 1000, 128}, {256, 768, 3072}, {1700, 96, 64},
-                           {200, 50, 300}};
+                           {200, 50, 300}, {128, 384, 128}, {1024, 768, 96}};
   for (const auto& s : shapes)
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb) {
@@ -354,6 +355,31 @@ TEST_CASE("a GEMM split in row blocks gives the whole call's bits at every threa
         append(one, whole);
         CHECK(difference(blocked(), one) == "");
         same_at_every_count(blocked);
-        CHECK(cpu::gemm_block_rows(m) % 24 == 0);
       }
+}
+
+TEST_CASE("a GEMM's row pieces are cut at multiples of OpenBLAS's row walk and shared evenly",
+          "[threads]") {
+  for (int m : {1, 23, 24, 100, 128, 200, 500, 1024, 1536, 1700, 4096, 50257}) {
+    INFO("m " << m);
+    const cpu::GemmRowCuts cuts = cpu::gemm_row_cuts(m);
+    REQUIRE(cuts.pieces >= 1);
+    CHECK(cuts.pieces <= 16);
+    CHECK(cuts.begin(0) == 0);
+    CHECK(cuts.begin(cuts.pieces) == static_cast<std::size_t>(m));
+    std::size_t smallest = static_cast<std::size_t>(m), largest = 0;
+    for (std::size_t p = 0; p < cuts.pieces; ++p) {
+      CHECK(cuts.begin(p) % 24 == 0);
+      CHECK(cuts.begin(p) < cuts.begin(p + 1));
+      const std::size_t rows = cuts.begin(p + 1) - cuts.begin(p);
+      if (p + 1 < cuts.pieces) smallest = std::min(smallest, rows);
+      largest = std::max(largest, rows);
+    }
+    // Even in number once there are two units, and the full pieces within one unit of each other.
+    if (m > 24) CHECK(cuts.pieces % 2 == 0);
+    if (cuts.pieces > 2) CHECK(largest - smallest <= 24);
+  }
+  // gpt-nano's micro-batch of one sequence (128 rows): two pieces, not 96 + 32.
+  CHECK(cpu::gemm_row_cuts(128).pieces == 2);
+  CHECK(cpu::gemm_row_cuts(128).begin(1) == 72);
 }
