@@ -219,6 +219,17 @@ TEST_CASE("element-wise kernels are bitwise independent of the thread count", "[
     append_value(out, cpu::all_finite(std::span<const float>(x)));
     append_value(out, cpu::all_finite(std::span<const float>(bad)));
     append_value(out, cpu::unscale(bad, 2.0f));
+    // The engine's whole-buffer copy and fill: memcpy's and memset's bytes, ragged ends included.
+    std::vector<float> c(kLong, 1.1f);  // 0x3f8ccccd: no zero byte
+    cpu::copy_bytes(c.data(), x.data(), (kLong - 3) * sizeof(float));
+    CHECK(std::memcmp(c.data(), x.data(), (kLong - 3) * sizeof(float)) == 0);
+    CHECK((c[kLong - 3] == 1.1f && c[kLong - 1] == 1.1f));
+    append(out, c);
+    auto* raw = reinterpret_cast<unsigned char*>(c.data());
+    cpu::zero_bytes(raw + 5, kLong * sizeof(float) - 11);
+    CHECK((bits(c[0]) == bits(x[0]) && c[kLong - 1] == 1.1f));  // the bytes around untouched
+    CHECK(std::all_of(raw + 5, raw + kLong * sizeof(float) - 6, [](unsigned char b) { return b == 0; }));
+    append(out, c);
     return out;
   });
 }
