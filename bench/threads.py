@@ -1,69 +1,174 @@
 #!/usr/bin/env python3
-"""Threads inside a rank, measured interleaved: `zero train` at -n 1 --threads 1, -n 1 --threads 2
-and -n 2 (one thread a rank), same model and global batch, fp32 and bf16; each round runs every
-cell once in turn, so that load on the machine falls on all cells alike, and the ratios are taken
-round by round (median). The weights' checksums must agree between the cells of one precision
-(docs/design.md, "Note: threads inside a rank").
+"""Threads inside a rank, measured interleaved (docs/benchmarks.md, "Threads inside a rank").
+
+Cells, each precision: `zero train` at -n 1 --threads 1, -n 1 --threads 2 and -n 2 --threads 1
+(same model, same global batch), and PyTorch in its natural mode: one process,
+torch.set_num_threads(2), the same GPT and batch (bench/peers/gpt.py's independently written
+nanoGPT, its AdamW fused, its clip at 1.0; bf16 = torch.autocast("cpu", torch.bfloat16) over fp32
+params, as zero's --precision bf16 keeps fp32 master weights). Each round runs every cell once,
+in an order that rotates round by round, so that load on the machine falls on all cells alike;
+ratios are taken within a round and reported as the median and the [min, max] over rounds:
+
+  threads2 / threads1   zero -n 1 --threads 2 over --threads 1      (target >= 1.8)
+  threads2 / ranks2     zero -n 1 --threads 2 over -n 2              (target within 0.9 .. 1.1)
+  zero / torch          zero -n 1 --threads 2 over PyTorch, 2 threads (target >= 1.2)
+
+tokens/s on both sides are steps 2..K (the first step is left out): zero's --json figure, and
+bench/peers/gpt.py's worker's. zero's weights must be bitwise equal at --threads 1 and 2 (docs/design.md,
+"Note: threads inside a rank"): the checksums are compared (-n 2 sums the gradients of two
+ranks, another order of fp32 additions, so its weights are its own).
+
+The PyTorch cell needs the venv of scripts/bench-peers (`scripts/bench-peers venv`): without a
+Python that imports torch it is skipped, with one line saying so.
+Figures taken while the machine runs other work are not meaningful (both cores are needed).
 
 Usage: bench/threads.py [--zero build/cli/zero] [--data data/jargon_train.bin]
-       [--preset gpt-nano] [--global-batch 16] [--steps 12] [--rounds 3] [--json out.json]
-A PyTorch peer (one process, 2 threads) is not run by this script yet; bench/peers/gpt.py runs
-the same GPT on gloo."""
-import argparse, json, os, re, statistics, subprocess, sys
+       [--preset gpt-nano] [--global-batch 16] [--steps 12] [--rounds 3] [--precision fp32,bf16]
+       [--python .venv-peers/bin/python] [--json out.json]"""
+import argparse, json, os, re, statistics, subprocess, sys, tempfile
 
-CELLS = (("n1_t1", ["-n", "1", "--threads", "1"]), ("n1_t2", ["-n", "1", "--threads", "2"]),
-         ("n2_t1", ["-n", "2", "--threads", "1"]))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(HERE, "peers"))
+from launch import clean_env, free_port  # noqa: E402
+
+ZERO_CELLS = (("n1_t1", ["-n", "1", "--threads", "1"]), ("n1_t2", ["-n", "1", "--threads", "2"]),
+              ("n2_t1", ["-n", "2", "--threads", "1"]))
+PEER = os.path.join(HERE, "peers", "gpt.py")
 
 
-def run(a, precision, flags):
-    cmd = [a.zero, "train", "--model", "gpt", "--preset", a.preset, "--data", a.data, "--device",
-           "cpu", "--precision", precision, "--global-batch", str(a.global_batch), "--steps",
-           str(a.steps), "--log-every", str(a.steps), *flags]
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{r.stdout}{r.stderr}")
-    # The steps after the first (warm-up) at the summary's s/step: tokens/s of the whole run.
-    m = re.search(r"summary: .* ([0-9.]+) s/step, checksum ([0-9a-f]+)", r.stdout)
-    tokens = re.search(r"global batch (\d+)", r.stdout)
-    seq = {"gpt-micro": 64, "gpt-nano": 128}.get(a.preset, 1024)
-    return float(tokens.group(1)) * seq / float(m.group(1)), m.group(2)
+def run_zero(a, precision, flags):
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "z.json")
+        cmd = [a.zero, "train", "--model", "gpt", "--preset", a.preset, "--data", a.data,
+               "--device", "cpu", "--precision", precision, "--global-batch",
+               str(a.global_batch), "--steps", str(a.steps), "--log-every", str(a.steps),
+               "--json", out, *flags]
+        env = dict(clean_env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        env.pop("OMP_NUM_THREADS", None)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+        if r.returncode != 0:
+            sys.exit(f"{' '.join(cmd)} failed:\n{r.stdout}{r.stderr}")
+        with open(out) as f:
+            j = json.load(f)
+        return j["tokens_per_second"], j.get("params_checksum")
+
+
+def torch_python(a):
+    """The Python that runs the PyTorch cell, or None with the reason."""
+    py = a.python or os.path.join(ROOT, ".venv-peers", "bin", "python")
+    if not os.path.exists(py):
+        return None, f"no {py} (make it with scripts/bench-peers venv, or pass --python)"
+    r = subprocess.run([py, "-c", "import torch, numpy"], capture_output=True, text=True)
+    if r.returncode:
+        return None, f"{py} cannot import torch and numpy: {r.stderr.strip().splitlines()[-1]}"
+    return py, None
+
+
+def run_torch(a, py, precision):
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "t.json")
+        env = clean_env()
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
+                   OMP_NUM_THREADS=str(a.torch_threads))
+        cmd = [py, PEER, "--torch-worker", "--world", "1", "--rank", "0", "--stage", "0",
+               "--threads", str(a.torch_threads), "--precision", precision, "--data", a.data,
+               "--global-batch", str(a.global_batch), "--steps", str(a.steps), "--out", out,
+               "--attention", "sdpa", "--adamw", "fused", "--fsdp-bf16", "autocast",
+               "--lr", "3e-3", "--clip", "1.0", "--weight-decay", "0.0",
+               "--shape", json.dumps(a.shape)]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+        if r.returncode:
+            sys.exit(f"the PyTorch cell failed:\n{r.stderr[-3000:]}")
+        with open(out) as f:
+            return json.load(f)["tokens_per_second"]
+
+
+def preset_shape(a):
+    r = subprocess.run([a.zero, "plan", "--list-presets"], env=clean_env(), capture_output=True,
+                       text=True, timeout=120)
+    for line in r.stdout.splitlines():
+        m = re.match(r"\s*(\S+)\s+(\d+) layers, hidden\s+(\d+),\s+(\d+) heads, vocab (\d+), "
+                     r"seq (\d+)", line)
+        if m and m.group(1) == a.preset:
+            return dict(zip(("layers", "hidden", "heads", "vocab", "seq_len"),
+                            map(int, m.groups()[1:])))
+    sys.exit(f"zero plan --list-presets: no preset '{a.preset}'\n{r.stdout}{r.stderr}")
+
+
+def summary(xs):
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--zero", default="build/cli/zero")
-    ap.add_argument("--data", default="data/jargon_train.bin")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--zero", default=os.path.join(ROOT, "build", "cli", "zero"))
+    ap.add_argument("--data", default=os.path.join(ROOT, "data", "jargon_train.bin"))
     ap.add_argument("--preset", default="gpt-nano")
     ap.add_argument("--global-batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--precision", default="fp32,bf16")
+    ap.add_argument("--python", help="the Python with torch (default .venv-peers/bin/python)")
+    ap.add_argument("--torch-threads", type=int, default=2)
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.steps < 2:
+        sys.exit("--steps must be at least 2 (the first step is left out of tokens/s)")
+    a.shape = preset_shape(a)
+    py, why = torch_python(a)
+    if py is None:
+        print(f"PyTorch cell skipped: {why}")
+    print(f"{a.preset} {a.shape}, global batch {a.global_batch}, {a.steps} steps, "
+          f"{a.rounds} rounds; tokens/s")
+    cells = [(name, "zero", flags) for name, flags in ZERO_CELLS]
+    if py:
+        cells.append(("torch_t2", "torch", None))
     out = {}
     for precision in a.precision.split(","):
-        tps = {name: [] for name, _ in CELLS}
-        sums = set()
-        for _ in range(a.rounds):
-            for name, flags in CELLS:
-                t, s = run(a, precision, flags)
+        tps = {name: [] for name, _, _ in cells}
+        sums = {name: set() for name, _, _ in cells}
+        for rnd in range(a.rounds):
+            k = rnd % len(cells)
+            line = []
+            for name, kind, flags in cells[k:] + cells[:k]:
+                if kind == "zero":
+                    t, s = run_zero(a, precision, flags)
+                    sums[name].add(s)
+                else:
+                    t = run_torch(a, py, precision)
                 tps[name].append(t)
-                sums.add(s)
-        ratio = lambda x, y: statistics.median(p / q for p, q in zip(tps[x], tps[y]))
-        res = {"tokens_per_s": {k: statistics.median(v) for k, v in tps.items()},
+                line.append(f"{name} {t:8.1f}")
+            print(f"{precision} round {rnd + 1}: " + "  ".join(line), flush=True)
+
+        def ratio(x, y):
+            return summary([p / q for p, q in zip(tps[x], tps[y])])
+        res = {"tokens_per_s": {k: summary(v) for k, v in tps.items()},
                "threads2_over_threads1": ratio("n1_t2", "n1_t1"),
                "threads2_over_ranks2": ratio("n1_t2", "n2_t1"),
-               "same_checksum": len(sums) == 1}
+               "same_checksum": len(sums["n1_t1"] | sums["n1_t2"]) == 1}
+        if py:
+            res["zero_threads2_over_torch_threads2"] = ratio("n1_t2", "torch_t2")
         out[precision] = res
-        print(f"{precision}: tok/s " + ", ".join(f"{k} {v:.0f}" for k, v in
-                                                  res["tokens_per_s"].items()) +
-              f"; -n 1 --threads 2 / --threads 1 {res['threads2_over_threads1']:.2f}, "
-              f"/ -n 2 {res['threads2_over_ranks2']:.2f}; checksums "
-              f"{'equal' if res['same_checksum'] else 'DIFFER'}")
+        print(f"{precision}: median tok/s " + ", ".join(
+            f"{k} {v['median']:.0f}" for k, v in res["tokens_per_s"].items()))
+        for key, label, target in (
+                ("threads2_over_threads1", "zero --threads 2 / --threads 1", ">= 1.8"),
+                ("threads2_over_ranks2", "zero -n 1 --threads 2 / -n 2", "0.9 .. 1.1"),
+                ("zero_threads2_over_torch_threads2", "zero --threads 2 / PyTorch 2 threads",
+                 ">= 1.2")):
+            if key in res:
+                r = res[key]
+                print(f"  {label:38s} median {r['median']:.2f}  [{r['min']:.2f}, "
+                      f"{r['max']:.2f}]  (target {target})")
+        print(f"  zero's weights at --threads 1 and 2: "
+              f"{'bitwise equal' if res['same_checksum'] else 'DIFFER'} "
+              f"({', '.join(sorted(map(str, sums['n1_t1'] | sums['n1_t2'])))})")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=2)
+    if not all(r["same_checksum"] for r in out.values()):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

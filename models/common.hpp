@@ -6,6 +6,7 @@
 #include <cstring>
 #include <span>
 
+#include "kernels/cpu/elementwise.hpp"
 #include "zero/zero.hpp"
 
 namespace zero::models::detail {
@@ -27,13 +28,13 @@ inline std::uint64_t hash(std::uint64_t seed, std::uint64_t stream, std::uint64_
 inline void view_to_f32(const TensorView& t, float* out, const char* what) {
   switch (t.dtype) {
     case DType::f32:
-      std::memcpy(out, t.data, static_cast<std::size_t>(t.numel) * 4);
+      kernels::cpu::copy_bytes(out, t.data, static_cast<std::size_t>(t.numel) * 4);
       break;
     case DType::bf16:
-      convert(t.as<const bf16>(), std::span(out, t.numel));
+      kernels::cpu::cast(t.as<const bf16>(), std::span(out, t.numel));
       break;
     case DType::f16:
-      convert(t.as<const fp16>(), std::span(out, t.numel));
+      kernels::cpu::cast(t.as<const fp16>(), std::span(out, t.numel));
       break;
     default:
       throw Error(cat(what, " parameters must be fp32, bf16 or fp16"));
@@ -42,13 +43,13 @@ inline void view_to_f32(const TensorView& t, float* out, const char* what) {
 inline void f32_to_view(const float* in, const TensorView& t, const char* what) {
   switch (t.dtype) {
     case DType::f32:
-      std::memcpy(t.data, in, static_cast<std::size_t>(t.numel) * 4);
+      kernels::cpu::copy_bytes(t.data, in, static_cast<std::size_t>(t.numel) * 4);
       break;
     case DType::bf16:
-      convert(std::span(in, t.numel), t.as<bf16>());
+      kernels::cpu::cast(std::span(in, t.numel), t.as<bf16>());
       break;
     case DType::f16:
-      convert(std::span(in, t.numel), t.as<fp16>());
+      kernels::cpu::cast(std::span(in, t.numel), t.as<fp16>());
       break;
     default:
       throw Error(cat(what, " gradients must be fp32, bf16 or fp16"));

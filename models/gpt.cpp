@@ -133,7 +133,7 @@ class HostOps {
     return static_cast<std::int64_t>(scratch_.floats.capacity() * sizeof(float) +
                                      scratch_.halves.capacity() * sizeof(bf16));
   }
-  void zero(float* p, std::size_t n) { std::fill(p, p + n, 0.0f); }
+  void zero(float* p, std::size_t n) { kernels::cpu::zero(std::span(p, n)); }
   void widen(const TensorView& v, float* out) { to_f32(v, out); }
   void narrow(const float* in, const TensorView& v) { from_f32(in, v); }
   template <class F>

@@ -81,9 +81,9 @@ class CpuBackend : public Backend {
   std::unique_ptr<Allocator> make_allocator() override { return nullptr; }
   std::string describe() const override { return "cpu"; }
 
-  void fill_zero(void* p, std::size_t bytes) override { std::memset(p, 0, bytes); }
+  void fill_zero(void* p, std::size_t bytes) override { kernels::cpu::zero_bytes(p, bytes); }
   void copy(void* dst, const void* src, std::size_t bytes) override {
-    if (dst != src) std::memcpy(dst, src, bytes);
+    kernels::cpu::copy_bytes(dst, src, bytes);
   }
   void upload(void* dst, const void* host, std::size_t bytes) override { copy(dst, host, bytes); }
   void download(void* host, const void* src, std::size_t bytes) override { copy(host, src, bytes); }

@@ -155,7 +155,7 @@ def torch_worker(a):
     import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(a.threads)  # 1 a rank here; bench/threads.py runs one rank of 2
     torch.set_num_interop_threads(1)
     dist.init_process_group("gloo", rank=a.rank, world_size=a.world)
     torch.manual_seed(1)
@@ -334,6 +334,7 @@ def main():
     ap.add_argument("--world", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--stage", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.torch_worker:

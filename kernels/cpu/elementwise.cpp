@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <type_traits>
 
 #include <atomic>
@@ -12,6 +13,7 @@
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/elementwise_math.hpp"
 #include "precision/convert.hpp"
+
 #include "base/error.hpp"
 
 namespace zero::kernels::cpu {
@@ -161,16 +163,34 @@ bool all_finite(std::span<const fp16> x, SimdPath path) {
 }
 
 void fill(std::span<float> x, float value) {
-  std::fill(x.begin(), x.end(), value);
+  for_blocks(x.size(), kBlock, [&](std::size_t b, std::size_t e) {
+    std::fill(x.begin() + b, x.begin() + e, value);
+  });
 }
 void zero(std::span<float> x) {
-  std::fill(x.begin(), x.end(), 0.0f);
+  zero_bytes(x.data(), x.size_bytes());
 }
 void zero(std::span<bf16> x) {
-  std::fill(x.begin(), x.end(), bf16{});
+  zero_bytes(x.data(), x.size_bytes());
 }
 void zero(std::span<fp16> x) {
-  std::fill(x.begin(), x.end(), fp16{});
+  zero_bytes(x.data(), x.size_bytes());
+}
+
+// Blocks of kBlock fp32 elements' bytes: a copy is a copy whoever makes which part of it.
+void copy_bytes(void* dst, const void* src, std::size_t bytes) {
+  if (dst == src || bytes == 0) return;
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  for_blocks(bytes, kBlock * sizeof(float), [&](std::size_t b, std::size_t e) {
+    std::memcpy(d + b, s + b, e - b);
+  });
+}
+void zero_bytes(void* dst, std::size_t bytes) {
+  auto* d = static_cast<unsigned char*>(dst);
+  for_blocks(bytes, kBlock * sizeof(float), [&](std::size_t b, std::size_t e) {
+    std::memset(d + b, 0, e - b);
+  });
 }
 
 }  // namespace zero::kernels::cpu

@@ -3,6 +3,7 @@
 // results bitwise independent of the thread count.
 #pragma once
 
+#include <cstddef>
 #include <span>
 
 #include "precision/bf16.hpp"
@@ -44,5 +45,11 @@ void fill(std::span<float> x, float value);
 void zero(std::span<float> x);
 void zero(std::span<bf16> x);
 void zero(std::span<fp16> x);
+
+// memcpy(dst, src, bytes) and memset(dst, 0, bytes), split across the pool: the copies the
+// engine makes between its buffers (gradients into buckets, params into the model) are as large
+// as the model. Overlapping ranges other than dst == src are not allowed (as for memcpy).
+void copy_bytes(void* dst, const void* src, std::size_t bytes);
+void zero_bytes(void* dst, std::size_t bytes);
 
 }  // namespace zero::kernels::cpu

@@ -3,6 +3,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -67,19 +68,38 @@ void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const fl
                     " columns, ldb=", ldb, " for ", b_cols, ", ldc=", ldc, " for ", n, ")"));
   if (m == 0 || n == 0) return;
   default_threads();
-  const std::size_t rows = gemm_block_rows(m);
-  for_blocks(static_cast<std::size_t>(m), rows, [&](std::size_t r0, std::size_t r1) {
-    const float* a = trans_a ? A + r0 : A + r0 * static_cast<std::size_t>(lda);
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(r1 - r0), n, k, alpha, a,
-                lda, B, ldb, beta, C + r0 * static_cast<std::size_t>(ldc), ldc);
+  const GemmRowCuts cuts = gemm_row_cuts(m);
+  for_blocks(cuts.pieces, 1, [&](std::size_t p0, std::size_t p1) {
+    for (std::size_t p = p0; p < p1; ++p) {
+      const std::size_t r0 = cuts.begin(p), r1 = cuts.begin(p + 1);
+      const float* a = trans_a ? A + r0 : A + r0 * static_cast<std::size_t>(lda);
+      cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                  trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(r1 - r0), n, k, alpha, a,
+                  lda, B, ldb, beta, C + r0 * static_cast<std::size_t>(ldc), ldc);
+    }
   });
 }
 
 std::size_t gemm_block_rows(int m) {
-  constexpr std::size_t kUnit = 96;  // OpenBLAS's 3 x UNROLL_N on every x86 core (12, 24) divides it
+  constexpr std::size_t kUnit = 96;  // a multiple of GemmRowCuts::kUnit
   const std::size_t units = (static_cast<std::size_t>(m) + kUnit * 16 - 1) / (kUnit * 16);
   return kUnit * std::max<std::size_t>(units, 1);
+}
+
+GemmRowCuts gemm_row_cuts(int m) {
+  GemmRowCuts c;
+  c.m = static_cast<std::size_t>(std::max(m, 0));
+  c.units = std::max<std::size_t>((c.m + GemmRowCuts::kUnit - 1) / GemmRowCuts::kUnit, 1);
+  // An even count of pieces of about 4 units (96 rows), at most 16: two threads get equal
+  // shares, and a piece is long enough that OpenBLAS's packing of B stays a small part of it.
+  const std::size_t pairs = (c.units + 7) / 8;
+  c.pieces = std::min({2 * pairs, std::size_t{16}, c.units});
+  return c;
+}
+
+std::size_t GemmRowCuts::begin(std::size_t p) const {
+  if (p >= pieces) return m;
+  return std::min(m, kUnit * ((p * units + pieces / 2) / pieces));
 }
 
 }  // namespace zero::kernels::cpu

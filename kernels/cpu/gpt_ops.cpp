@@ -212,8 +212,10 @@ void matmul_forward(T* out, const T* inp, const T* weight, const float* bias, in
                     Scratch& scratch) {
   const std::int64_t count = static_cast<std::int64_t>(N) * OC;
   if constexpr (std::is_same_v<T, float>) {
-    for (int n = 0; n < N; ++n)
-      std::memcpy(out + static_cast<std::int64_t>(n) * OC, bias, sizeof(float) * OC);
+    for_rows(N, OC, [&](int n0, int n1) {
+      for (int n = n0; n < n1; ++n)
+        std::memcpy(out + static_cast<std::int64_t>(n) * OC, bias, sizeof(float) * OC);
+    });
     gemm_t(false, true, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC);
   } else {
     float* acc = scratch.f(static_cast<std::size_t>(count));

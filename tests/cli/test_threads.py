@@ -50,6 +50,18 @@ with tempfile.TemporaryDirectory() as tmp:
         check(f"{precision}: the same weights at 1, 2 and 3 threads",
               sums["1"] is not None and len(set(sums.values())) == 1, sums)
 
+    # Stage 3 with gradient accumulation (4 micro-batches): the gathers, the buckets' copies and
+    # fills and the accumulation run through the pool too.
+    sums = {}
+    for threads in ("1", "3"):
+        r = zero(*base, "-n", "1", "--precision", "fp32", "--stage", "3", "--micro-batch", "2",
+                 "--threads", threads)
+        check(f"stage 3, 4 micro-batches, --threads {threads}: trains", r.returncode == 0,
+              r.stdout + r.stderr)
+        sums[threads] = checksum(r)
+    check("stage 3 with accumulation: the same weights at 1 and 3 threads",
+          sums["1"] is not None and len(set(sums.values())) == 1, sums)
+
     cfg = os.path.join(tmp, "c.json")
     with open(cfg, "w") as f:
         json.dump({"threads": 3}, f)

@@ -2,11 +2,18 @@
 // once, and every kernel that splits across it returns the same bits at 1, 2 and 3 threads as
 // with no pool at all.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <thread>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+#include <string>
+#include <type_traits>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -32,30 +39,85 @@ using zero::kernels::test::uniform_values;
 
 namespace {
 
-// Every output of a kernel as raw bytes, so that runs compare bit for bit (NaNs included).
-using Bytes = std::vector<unsigned char>;
+// Every output of a kernel as raw bytes, so that runs compare bit for bit (NaNs included), with
+// the type of each part kept so that a difference is reported as one element's two values.
+struct Part {
+  std::size_t offset, count, size;
+  std::string (*show)(const unsigned char*);
+};
+struct Bytes {
+  std::vector<unsigned char> data;
+  std::vector<Part> parts;
+};
+
+template <class T>
+std::string show(const unsigned char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  std::ostringstream s;
+  if constexpr (std::is_same_v<T, bf16> || std::is_same_v<T, fp16>) {
+    s << std::setprecision(9) << to_float(v) << " (0x" << std::hex << v.bits << ')';
+  } else if constexpr (std::is_same_v<T, float>) {
+    s << std::setprecision(9) << v << " (0x" << std::hex << std::bit_cast<std::uint32_t>(v) << ')';
+  } else if constexpr (std::is_floating_point_v<T>) {
+    s << std::setprecision(17) << v;
+  } else {
+    s << +v;
+  }
+  return s.str();
+}
+
+template <class T>
+void append_elements(Bytes& out, const T* v, std::size_t count) {
+  const auto* p = reinterpret_cast<const unsigned char*>(v);
+  out.parts.push_back({out.data.size(), count, sizeof(T), &show<T>});
+  out.data.insert(out.data.end(), p, p + count * sizeof(T));
+}
 template <class T>
 void append(Bytes& out, const std::vector<T>& v) {
-  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
-  out.insert(out.end(), p, p + v.size() * sizeof(T));
+  append_elements(out, v.data(), v.size());
 }
 template <class T>
 void append_value(Bytes& out, const T& v) {
-  const auto* p = reinterpret_cast<const unsigned char*>(&v);
-  out.insert(out.end(), p, p + sizeof(T));
+  append_elements(out, &v, 1);
+}
+
+// "" when `got` equals `want` bit for bit; else one short line: the first element that differs
+// (which output, its index, both values) and how many differ (Catch would print whole vectors).
+std::string difference(const Bytes& got, const Bytes& want) {
+  if (got.data == want.data) return "";
+  if (got.parts.size() != want.parts.size() || got.data.size() != want.data.size())
+    return "the outputs differ in shape: " + std::to_string(got.parts.size()) + " parts of " +
+           std::to_string(got.data.size()) + " bytes vs " + std::to_string(want.parts.size()) +
+           " of " + std::to_string(want.data.size());
+  std::string first;
+  std::size_t differ = 0, total = 0;
+  for (std::size_t k = 0; k < got.parts.size(); ++k) {
+    const Part& part = got.parts[k];
+    total += part.count;
+    for (std::size_t i = 0; i < part.count; ++i) {
+      const std::size_t at = part.offset + i * part.size;
+      if (std::memcmp(&got.data[at], &want.data[at], part.size) == 0) continue;
+      if (differ++ == 0)
+        first = "output " + std::to_string(k) + " element " + std::to_string(i) + ": got " +
+                part.show(&got.data[at]) + ", want " + part.show(&want.data[at]);
+    }
+  }
+  return first + "; " + std::to_string(differ) + " of " + std::to_string(total) +
+         " elements differ";
 }
 
 // run() with no pool (the serial reference), then on pools of 1, 2 and 3 threads: every result
 // must equal the reference's bytes.
 void same_at_every_count(const std::function<Bytes()>& run) {
   const Bytes reference = run();
-  REQUIRE(!reference.empty());
+  REQUIRE(!reference.data.empty());
   for (int threads : {1, 2, 3}) {
     cpu::ThreadPool pool(threads);
     const cpu::PoolScope scope(&pool);
     CHECK(cpu::current_threads() == threads);
     INFO("threads " << threads);
-    CHECK(run() == reference);
+    CHECK(difference(run(), reference) == "");
   }
 }
 
@@ -157,6 +219,17 @@ TEST_CASE("element-wise kernels are bitwise independent of the thread count", "[
     append_value(out, cpu::all_finite(std::span<const float>(x)));
     append_value(out, cpu::all_finite(std::span<const float>(bad)));
     append_value(out, cpu::unscale(bad, 2.0f));
+    // The engine's whole-buffer copy and fill: memcpy's and memset's bytes, ragged ends included.
+    std::vector<float> c(kLong, 1.1f);  // 0x3f8ccccd: no zero byte
+    cpu::copy_bytes(c.data(), x.data(), (kLong - 3) * sizeof(float));
+    CHECK(std::memcmp(c.data(), x.data(), (kLong - 3) * sizeof(float)) == 0);
+    CHECK((c[kLong - 3] == 1.1f && c[kLong - 1] == 1.1f));
+    append(out, c);
+    auto* raw = reinterpret_cast<unsigned char*>(c.data());
+    cpu::zero_bytes(raw + 5, kLong * sizeof(float) - 11);
+    CHECK((bits(c[0]) == bits(x[0]) && c[kLong - 1] == 1.1f));  // the bytes around untouched
+    CHECK(std::all_of(raw + 5, raw + kLong * sizeof(float) - 6, [](unsigned char b) { return b == 0; }));
+    append(out, c);
     return out;
   });
 }
@@ -265,9 +338,9 @@ TEST_CASE("the GPT's element-wise ops, LayerNorm and the loss are bitwise indepe
 TEST_CASE("a GEMM split in row blocks gives the whole call's bits at every thread count",
           "[threads]") {
   // OpenBLAS, single-threaded in each block, gives the rows of a block the bits one call gives
-  // them when the blocks are multiples of its row walk (gemm_block_rows); its own threads do not.
+  // them when the cuts are multiples of its row walk (GemmRowCuts::kUnit); its own threads do not.
   const int shapes[][3] = {{512, 384, 128}, {500, 1000, 128}, {256, 768, 3072}, {1700, 96, 64},
-                           {200, 50, 300}};
+                           {200, 50, 300}, {128, 384, 128}, {1024, 768, 96}};
   for (const auto& s : shapes)
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb) {
@@ -291,8 +364,33 @@ TEST_CASE("a GEMM split in row blocks gives the whole call's bits at every threa
         };
         Bytes one;
         append(one, whole);
-        CHECK(blocked() == one);
+        CHECK(difference(blocked(), one) == "");
         same_at_every_count(blocked);
-        CHECK(cpu::gemm_block_rows(m) % 24 == 0);
       }
+}
+
+TEST_CASE("a GEMM's row pieces are cut at multiples of OpenBLAS's row walk and shared evenly",
+          "[threads]") {
+  for (int m : {1, 23, 24, 100, 128, 200, 500, 1024, 1536, 1700, 4096, 50257}) {
+    INFO("m " << m);
+    const cpu::GemmRowCuts cuts = cpu::gemm_row_cuts(m);
+    REQUIRE(cuts.pieces >= 1);
+    CHECK(cuts.pieces <= 16);
+    CHECK(cuts.begin(0) == 0);
+    CHECK(cuts.begin(cuts.pieces) == static_cast<std::size_t>(m));
+    std::size_t smallest = static_cast<std::size_t>(m), largest = 0;
+    for (std::size_t p = 0; p < cuts.pieces; ++p) {
+      CHECK(cuts.begin(p) % 24 == 0);
+      CHECK(cuts.begin(p) < cuts.begin(p + 1));
+      const std::size_t rows = cuts.begin(p + 1) - cuts.begin(p);
+      if (p + 1 < cuts.pieces) smallest = std::min(smallest, rows);
+      largest = std::max(largest, rows);
+    }
+    // Even in number once there are two units, and the full pieces within one unit of each other.
+    if (m > 24) CHECK(cuts.pieces % 2 == 0);
+    if (cuts.pieces > 2) CHECK(largest - smallest <= 24);
+  }
+  // gpt-nano's micro-batch of one sequence (128 rows): two pieces, not 96 + 32.
+  CHECK(cpu::gemm_row_cuts(128).pieces == 2);
+  CHECK(cpu::gemm_row_cuts(128).begin(1) == 72);
 }
