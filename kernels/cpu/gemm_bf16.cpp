@@ -17,6 +17,7 @@
 
 #include "kernels/cpu/blas_core.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/gemm_widen.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "precision/convert.hpp"
 #include "base/error.hpp"
@@ -76,117 +77,6 @@ std::size_t extent(int rows, int cols, int ld) {
   return static_cast<std::size_t>(rows - 1) * ld + cols;
 }
 
-// ---- the widen backend -------------------------------------------------------------------
-
-// Per thread, kept between calls: the trainer calls the same shapes every step. Each operand's
-// panel holds at most kPanelFloats (16 MiB): a GPT's vocabulary projection (50,257 × 768 weights,
-// 154 MiB widened) goes through in panels instead of a copy of the whole matrix.
-struct WidenScratch {
-  std::vector<float> a, b, c;
-};
-WidenScratch& widen_scratch() {
-  thread_local WidenScratch s;
-  return s;
-}
-
-constexpr std::size_t kPanelFloats = std::size_t{1} << 22;
-
-// Rows per task of the rank's threads when widening or rounding a panel: about 64 Ki elements,
-// each row converted alone (exactly), so the split changes nothing.
-std::size_t rows_per_task(int cols) {
-  return std::max<std::size_t>(1, (std::size_t{1} << 16) / static_cast<std::size_t>(cols));
-}
-
-// Widens a stored rows×cols bf16 matrix (row stride ld) into dst, packed (row stride cols).
-void widen_packed(const bf16* src, int rows, int cols, int ld, std::vector<float>& dst) {
-  dst.resize(static_cast<std::size_t>(rows) * cols);
-  float* out = dst.data();
-  for_blocks(static_cast<std::size_t>(rows), rows_per_task(cols), [&](std::size_t r0, std::size_t r1) {
-    if (ld == cols) {
-      const std::size_t b = r0 * cols, len = (r1 - r0) * cols;
-      convert(std::span(src + b, len), std::span(out + b, len));
-      return;
-    }
-    for (std::size_t r = r0; r < r1; ++r)
-      convert(std::span(src + r * ld, cols), std::span(out + r * cols, cols));
-  });
-}
-
-// Panel sizes: k whole up to 8,192 (every GPT-2 shape but the vocabulary's gradient), so each
-// element is one sgemm's sum as often as possible; then as many rows and columns as fit. Panels
-// are at least 512 wide, well above OpenBLAS's own blocking, so sgemm runs as fast on them.
-// With a bf16 C the fp32 C panel (mb×nb) must fit too.
-struct Panels {
-  int mb, nb, kb;
-};
-Panels panels(int m, int n, int k, bool c_panel) {
-  const auto cap = static_cast<std::int64_t>(kPanelFloats);
-  const int kb = static_cast<int>(std::min<std::int64_t>(k, cap / 512));
-  const int mb = static_cast<int>(std::min<std::int64_t>(m, cap / kb));
-  int nb = static_cast<int>(std::min<std::int64_t>(n, cap / kb));
-  if (c_panel) nb = static_cast<int>(std::min<std::int64_t>(nb, cap / mb));
-  return {mb, nb, kb};
-}
-
-// C = alpha·op(A)·op(B) + beta·C by panels of C (mb×nb) and of k: each panel of A and B widened
-// once per panel of C it meets (once in all when it is the only one), the k-panels after the
-// first added with beta = 1. A bf16 C is computed in fp32 panel by panel and rounded once.
-template <class Out>
-void widen_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A, int lda,
-                const bf16* B, int ldb, float beta, Out* C, int ldc) {
-  constexpr bool bf16_out = std::is_same_v<Out, bf16>;
-  WidenScratch& s = widen_scratch();
-  const Panels p = panels(m, n, k, bf16_out);
-  int a_m0 = -1, a_k0 = -1, b_k0 = -1, b_n0 = -1;  // the panels the scratch holds now
-  for (int m0 = 0; m0 < m; m0 += p.mb) {
-    const int mb = std::min(p.mb, m - m0);
-    for (int n0 = 0; n0 < n; n0 += p.nb) {
-      const int nb = std::min(p.nb, n - n0);
-      Out* c_out = C + static_cast<std::size_t>(m0) * ldc + n0;
-      float* c = nullptr;
-      int ldc_f = ldc;
-      if constexpr (bf16_out) {
-        // C's panel in fp32, read only when beta needs it.
-        if (beta != 0)
-          widen_packed(c_out, mb, nb, ldc, s.c);
-        else
-          s.c.resize(static_cast<std::size_t>(mb) * nb);
-        c = s.c.data();
-        ldc_f = nb;
-      } else {
-        c = c_out;
-      }
-      for (int k0 = 0; k0 < k; k0 += p.kb) {
-        const int kb = std::min(p.kb, k - k0);
-        // op(A)[m0.., k0..] and op(B)[k0.., n0..] as stored; packed, their row strides are the
-        // stored panels' widths.
-        if (a_m0 != m0 || a_k0 != k0) {
-          if (ta)
-            widen_packed(A + static_cast<std::size_t>(k0) * lda + m0, kb, mb, lda, s.a);
-          else
-            widen_packed(A + static_cast<std::size_t>(m0) * lda + k0, mb, kb, lda, s.a);
-          a_m0 = m0;
-          a_k0 = k0;
-        }
-        if (b_k0 != k0 || b_n0 != n0) {
-          if (tb)
-            widen_packed(B + static_cast<std::size_t>(n0) * ldb + k0, nb, kb, ldb, s.b);
-          else
-            widen_packed(B + static_cast<std::size_t>(k0) * ldb + n0, kb, nb, ldb, s.b);
-          b_k0 = k0;
-          b_n0 = n0;
-        }
-        gemm(ta, tb, mb, nb, kb, alpha, s.a.data(), ta ? mb : kb, s.b.data(), tb ? kb : nb,
-             k0 == 0 ? beta : 1.0f, c, ldc_f);
-      }
-      if constexpr (bf16_out)
-        for_blocks(static_cast<std::size_t>(mb), rows_per_task(nb), [&](std::size_t i0, std::size_t i1) {
-          for (std::size_t i = i0; i < i1; ++i)
-            convert(std::span<const float>(s.c.data() + i * nb, nb), std::span(c_out + i * ldc, nb));
-        });
-    }
-  }
-}
 
 // ---- the oneDNN backend ------------------------------------------------------------------
 
@@ -450,13 +340,13 @@ OnednnThreads onednn_threads() {
 void gemm_bf16_widen(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A, int lda,
                      const bf16* B, int ldb, float beta, float* C, int ldc) {
   if (trivial(ta, tb, m, n, k, lda, ldb, beta, C, ldc)) return;
-  widen_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  detail::widen_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm_bf16_widen(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* A, int lda,
                      const bf16* B, int ldb, float beta, bf16* C, int ldc) {
   if (trivial(ta, tb, m, n, k, lda, ldb, beta, C, ldc)) return;
-  widen_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  detail::widen_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 namespace {
@@ -498,7 +388,7 @@ std::string gemm_bf16_onednn_f32(bool ta, bool tb, int m, int n, int k, float al
                                  int lda, const bf16* B, int ldb, float beta, float* C, int ldc) {
   if (trivial(ta, tb, m, n, k, lda, ldb, beta, C, ldc)) return "";
   // Widened as stored, padding included, so that oneDNN sees the caller's strides.
-  WidenScratch& s = widen_scratch();
+  detail::WidenScratch& s = detail::widen_scratch();
   const std::size_t a_n = extent(ta ? k : m, ta ? m : k, lda);
   const std::size_t b_n = extent(tb ? n : k, tb ? k : n, ldb);
   s.a.resize(a_n);
