@@ -43,13 +43,14 @@ TEST_CASE("GPT shapes: parameter counts of known models, and activations") {
 TEST_CASE("The GPT trainer's bytes with recomputation: one block's inner activations, not L") {
   GptShape s = *gpt_preset("gpt2-small");
   s.micro_batch = 2;
-  const std::int64_t N = 2 * 1024, C = 768, F = 4 * 768, L = 12, att = 2 * 12 * 1024 * 1024;
+  const std::int64_t N = 2 * 1024, C = 768, F = 4 * 768, L = 12, att = N * 12 * 2;
   for (auto [dtype, act] : {std::pair{DType::bf16, 2}, std::pair{DType::f32, 4}}) {
     const std::int64_t all = gpt_trainer_activation_bytes(s, dtype);
     GptShape r = s;
     r.recompute = true;
     // Per block no longer kept: ln1, qkv, the attention output, res2, ln2, fc and its GELU in
-    // the compute dtype; two LayerNorms' mean and rstd and the attention probabilities in fp32.
+    // the compute dtype; two LayerNorms' mean and rstd and attention's two statistics per query
+    // row and head in fp32.
     const std::int64_t inner = act * N * (7 * C + 2 * F) + 4 * (4 * N + att);
     CHECK(gpt_trainer_activation_bytes(r, dtype) == all - (L - 1) * inner);
   }
