@@ -4,6 +4,7 @@
 // thread count.
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -260,12 +261,49 @@ TEST_CASE("tiled attention keeps each row's max and 1/sum, not the T x T probabi
       }
 }
 
+TEMPLATE_TEST_CASE("no query row of tiled attention sees a later key", "[attention]", float,
+                   bf16) {
+  using T = TestType;
+  // Rows from t0 on changed (q, k and v, every head): the outputs before t0 keep their bits, and
+  // with dout zero from t0 on, so do dq, dk, dv before t0 (they depend on no later row).
+  const Shape s{2, 150, 64, 2};
+  for (int t0 : {1, 63, 64, 100, 149}) {
+    INFO("t0 " << t0);
+    const Inputs<T> in(s);
+    Inputs<T> changed = in;
+    const std::vector<T> other = stored<T>(uniform_values(changed.qkv.size(), 77, 3.0f));
+    const auto C3 = static_cast<std::size_t>(3 * s.C), C = static_cast<std::size_t>(s.C);
+    for (int b = 0; b < s.B; ++b)
+      for (int t = t0; t < s.T; ++t)
+        for (std::size_t c = 0; c < C3; ++c) {
+          const std::size_t i = (static_cast<std::size_t>(b) * s.T + t) * C3 + c;
+          changed.qkv[i] = other[i];
+        }
+    Inputs<T> quiet = in;
+    for (int b = 0; b < s.B; ++b)
+      for (int t = t0; t < s.T; ++t)
+        for (std::size_t c = 0; c < C; ++c) {
+          quiet.dout[(static_cast<std::size_t>(b) * s.T + t) * C + c] = 0.0f;
+          changed.dout[(static_cast<std::size_t>(b) * s.T + t) * C + c] = 0.0f;
+        }
+    const Result<T> a = tiled(s, quiet), b = tiled(s, changed);
+    for (int bb = 0; bb < s.B; ++bb) {
+      const std::size_t row0 = static_cast<std::size_t>(bb) * s.T;
+      const std::size_t rows = static_cast<std::size_t>(t0);
+      CHECK(std::memcmp(a.out.data() + row0 * C, b.out.data() + row0 * C,
+                        rows * C * sizeof(T)) == 0);
+      CHECK(std::memcmp(a.dqkv.data() + row0 * C3, b.dqkv.data() + row0 * C3,
+                        rows * C3 * sizeof(float)) == 0);
+    }
+  }
+}
+
 TEMPLATE_TEST_CASE("tiled attention is bitwise independent of the thread count", "[attention]",
                    float, bf16) {
   using T = TestType;
-  // The (sequence, head) pairs are the tasks: 6 of them over 1..3 threads, and one alone (its
-  // GEMMs then split their rows across the pool).
-  for (const Shape& s : {Shape{2, 130, 96, 3}, Shape{1, 200, 32, 1}}) {
+  // The (sequence, head) pairs are the tasks: 12 of them over 1..3 threads, long enough that
+  // the threads overlap, and one alone (its GEMMs then split their rows across the pool).
+  for (const Shape& s : {Shape{2, 300, 192, 6}, Shape{1, 200, 32, 1}}) {
     INFO("B " << s.B << " T " << s.T << " C " << s.C << " NH " << s.NH);
     const Inputs<T> in(s);
     const Result<T> reference = tiled(s, in);
@@ -294,5 +332,25 @@ TEMPLATE_TEST_CASE("the measured distance of tiled attention from the whole-matr
                 relative_error(a.out, b.out, C, 0, C), relative_error(a.dqkv, b.dqkv, 3 * C, 0, C),
                 relative_error(a.dqkv, b.dqkv, 3 * C, C, C),
                 relative_error(a.dqkv, b.dqkv, 3 * C, 2 * C, C));
+  }
+}
+
+TEMPLATE_TEST_CASE("tiled and whole-matrix attention timed", "[.time]", float, bf16) {
+  using T = TestType;
+  const Shape shapes[] = {{8, 64, 64, 4}, {8, 128, 128, 4}, {1, 1024, 768, 12}};
+  for (const Shape& s : shapes) {
+    const Inputs<T> in(s);
+    double t_tiled = 1e30, t_whole = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      auto t0 = std::chrono::steady_clock::now();
+      (void)tiled(s, in);
+      auto t1 = std::chrono::steady_clock::now();
+      (void)whole(s, in);
+      auto t2 = std::chrono::steady_clock::now();
+      t_tiled = std::min(t_tiled, std::chrono::duration<double>(t1 - t0).count());
+      t_whole = std::min(t_whole, std::chrono::duration<double>(t2 - t1).count());
+    }
+    std::printf("B %d T %d C %d NH %d: tiled %.2f ms, whole %.2f ms\n", s.B, s.T, s.C, s.NH,
+                1e3 * t_tiled, 1e3 * t_whole);
   }
 }
