@@ -45,10 +45,24 @@ void exp_shifted(float* row, int n, float shift) {
   });
 }
 
+// row[j] *= inv for j < n, vectorised (element-wise: no operation reordered).
+void scale_row(float* row, int n, float inv) {
+  detail::dispatch(best_path(), [&]() ZERO_LOOP {
+    for (int j = 0; j < n; ++j) row[j] *= inv;
+  });
+}
+
+// d[j] = softmax_input_grad(p[j], d[j], dot) for j < n, vectorised likewise.
+void softmax_grad_row(float* d, const float* p, int n, float dot) {
+  detail::dispatch(best_path(), [&]() ZERO_LOOP {
+    for (int j = 0; j < n; ++j) d[j] = softmax_input_grad(p[j], d[j], dot);
+  });
+}
+
 // The recomputed probabilities of one row: e^(s - max) · (1/sum) for its n unmasked keys.
 void probabilities(float* row, int n, float mx, float inv) {
   exp_shifted(row, n, mx);
-  for (int j = 0; j < n; ++j) row[j] *= inv;
+  scale_row(row, n, inv);
 }
 
 // One head of one sequence as fp32 rows: q, k, v with row stride ld.
@@ -114,8 +128,8 @@ void forward_pair(T* out, float* saved, const T* qkv, int b, int h, int seq, int
       float sum = 0;
       for (int j = 0; j <= t; ++j) sum += row[j];
       const float inv = 1.0f / sum;
-      for (int j = 0; j <= t; ++j) row[j] *= inv;
-      for (int j = t + 1; j < r1; ++j) row[j] = 0.0f;
+      scale_row(row, t + 1, inv);
+      std::fill(row + t + 1, row + r1, 0.0f);
       st[2 * t] = mx;
       st[2 * t + 1] = inv;
     }
@@ -149,8 +163,8 @@ void backward_queries(float* dq, float* dots, const Head& hd, const float* dy, c
       probabilities(p, t + 1, st[2 * t], st[2 * t + 1]);
       float dot = 0;
       for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
-      for (int j = 0; j <= t; ++j) d[j] = softmax_input_grad(p[j], d[j], dot);
-      for (int j = t + 1; j < r1; ++j) d[j] = 0.0f;
+      softmax_grad_row(d, p, t + 1, dot);
+      std::fill(d + t + 1, d + r1, 0.0f);
       dots[t] = dot;
     }
     gemm(false, false, rows, hs, r1, scale, D, r1, hd.k, hd.ld, 0.0f,
@@ -177,8 +191,9 @@ void backward_keys(float* dk, float* dv, const float* dots, const Head& hd, cons
       float* p = P + static_cast<I>(i) * cols;
       float* d = D + static_cast<I>(i) * cols;
       probabilities(p, n, st[2 * t], st[2 * t + 1]);
-      for (int j = 0; j < n; ++j) d[j] = softmax_input_grad(p[j], d[j], dots[t]);
-      for (int j = n; j < cols; ++j) p[j] = d[j] = 0.0f;
+      softmax_grad_row(d, p, n, dots[t]);
+      std::fill(p + n, p + cols, 0.0f);
+      std::fill(d + n, d + cols, 0.0f);
     }
     gemm(true, false, cols, hs, rows, 1.0f, P, cols, dyc, ldy, 0.0f,
          dv + static_cast<I>(c0) * ldd, ldd);
