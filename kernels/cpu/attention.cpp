@@ -112,8 +112,8 @@ void forward_pair(T* out, float* saved, const T* qkv, int b, int h, int seq, int
   const std::size_t wide = widened_floats<T>(seq, hs);
   float* buf = thread_scratch(wide + static_cast<std::size_t>(R) * (seq + hs));
   const Head hd = head_view(qkv + static_cast<I>(b) * seq * 3 * C, h, seq, C, hs, buf);
-  float* S = buf + wide;                                 // [rows, r1]: scores, then probabilities
-  float* y = S + static_cast<std::size_t>(R) * seq;      // [rows, hs] (bf16 storage only)
+  float* S = buf + wide;                             // [rows, r1]: scores, then probabilities
+  float* y = S + static_cast<std::size_t>(R) * seq;  // [rows, hs] (bf16 storage only)
   float* st = saved + (static_cast<I>(b) * NH + h) * seq * 2;
   for (int r0 = 0; r0 < seq; r0 += R) {
     const int r1 = std::min(seq, r0 + R), rows = r1 - r0;
@@ -154,8 +154,8 @@ void backward_queries(float* dq, float* dots, const Head& hd, const float* dy, c
     const int r1 = std::min(seq, r0 + R), rows = r1 - r0;
     gemm(false, true, rows, r1, hs, scale, hd.q + static_cast<I>(r0) * hd.ld, hd.ld, hd.k, hd.ld,
          0.0f, P, r1);
-    gemm(false, true, rows, r1, hs, 1.0f, dy + static_cast<I>(r0) * ldy, ldy, hd.v, hd.ld, 0.0f,
-         D, r1);
+    gemm(false, true, rows, r1, hs, 1.0f, dy + static_cast<I>(r0) * ldy, ldy, hd.v, hd.ld, 0.0f, D,
+         r1);
     for (int i = 0; i < rows; ++i) {
       const int t = r0 + i;
       float* p = P + static_cast<I>(i) * r1;
@@ -167,8 +167,8 @@ void backward_queries(float* dq, float* dots, const Head& hd, const float* dy, c
       std::fill(d + t + 1, d + r1, 0.0f);
       dots[t] = dot;
     }
-    gemm(false, false, rows, hs, r1, scale, D, r1, hd.k, hd.ld, 0.0f,
-         dq + static_cast<I>(r0) * ldd, ldd);
+    gemm(false, false, rows, hs, r1, scale, D, r1, hd.k, hd.ld, 0.0f, dq + static_cast<I>(r0) * ldd,
+         ldd);
   }
 }
 
@@ -195,10 +195,10 @@ void backward_keys(float* dk, float* dv, const float* dots, const Head& hd, cons
       std::fill(p + n, p + cols, 0.0f);
       std::fill(d + n, d + cols, 0.0f);
     }
-    gemm(true, false, cols, hs, rows, 1.0f, P, cols, dyc, ldy, 0.0f,
-         dv + static_cast<I>(c0) * ldd, ldd);
-    gemm(true, false, cols, hs, rows, scale, D, cols, q, hd.ld, 0.0f,
-         dk + static_cast<I>(c0) * ldd, ldd);
+    gemm(true, false, cols, hs, rows, 1.0f, P, cols, dyc, ldy, 0.0f, dv + static_cast<I>(c0) * ldd,
+         ldd);
+    gemm(true, false, cols, hs, rows, scale, D, cols, q, hd.ld, 0.0f, dk + static_cast<I>(c0) * ldd,
+         ldd);
   }
 }
 
@@ -235,14 +235,13 @@ void attention_forward(T* out, float* saved, const T* qkv, int B, int seq, int C
 template <class T>
 void attention_backward(float* dqkv, const float* dout, const T* qkv, const float* saved, int B,
                         int seq, int C, int NH) {
-  for_pairs(B, NH,
-            [&](int b, int h) { backward_pair(dqkv, dout, qkv, saved, b, h, seq, C, NH); });
+  for_pairs(B, NH, [&](int b, int h) { backward_pair(dqkv, dout, qkv, saved, b, h, seq, C, NH); });
 }
 
-#define ZERO_ATTENTION(T)                                                                    \
-  template void attention_forward<T>(T*, float*, const T*, int, int, int, int);              \
-  template void attention_backward<T>(float*, const float*, const T*, const float*, int, int, \
-                                      int, int);
+#define ZERO_ATTENTION(T)                                                                          \
+  template void attention_forward<T>(T*, float*, const T*, int, int, int, int);                    \
+  template void attention_backward<T>(float*, const float*, const T*, const float*, int, int, int, \
+                                      int);
 ZERO_ATTENTION(float)
 ZERO_ATTENTION(bf16)
 #undef ZERO_ATTENTION

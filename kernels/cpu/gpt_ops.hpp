@@ -20,7 +20,8 @@
 namespace zero::kernels::cpu::gpt {
 
 // Scratch a caller lends to the ops that need it (GEMM outputs and rounded inputs in the bf16
-// mode): grows to the largest request and is reused, so a step allocates nothing. `floats` are fp32 slots, `halves` bf16 slots.
+// mode): grows to the largest request and is reused, so a step allocates nothing. `floats` are
+// fp32 slots, `halves` bf16 slots.
 struct Scratch {
   std::vector<float> floats;
   std::vector<bf16> halves;

@@ -2,8 +2,8 @@
 // attention it replaces (kept below as the reference: scores [T, T] per head from one GEMM, the
 // masked half zeroed, the probabilities kept for backward), and bitwise independent of the
 // thread count.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention_reference.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/thread_pool.hpp"
@@ -22,93 +23,12 @@
 using namespace zero;
 using namespace zero::kernels;
 using zero::kernels::test::uniform_values;
+using zero::kernels::test::whole_backward;
+using zero::kernels::test::whole_forward;
 
 namespace {
 
 using I = std::int64_t;
-
-// ---- the reference: attention over the whole T x T matrix -------------------------------------
-
-template <class T>
-const float* widened_sequence(const T* qkv, int seq, int C, std::vector<float>& w) {
-  if constexpr (std::is_same_v<T, float>) {
-    return qkv;
-  } else {
-    w.resize(static_cast<std::size_t>(seq) * 3 * C);
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] = to_float(qkv[i]);
-    return w.data();
-  }
-}
-
-template <class T>
-void whole_forward(T* out, float* att, const T* qkv, int B, int seq, int C, int NH) {
-  const int hs = C / NH, C3 = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const I tt = static_cast<I>(seq) * seq;
-  std::vector<float> widened, y(static_cast<std::size_t>(seq) * C);
-  for (int b = 0; b < B; ++b) {
-    const float* s = widened_sequence(qkv + static_cast<I>(b) * seq * C3, seq, C, widened);
-    for (int h = 0; h < NH; ++h) {
-      float* a = att + (static_cast<I>(b) * NH + h) * tt;
-      cpu::gemm(false, true, seq, seq, hs, scale, s + h * hs, C3, s + C + h * hs, C3, 0.0f, a, seq);
-      for (int t = 0; t < seq; ++t) {
-        float* row = a + static_cast<I>(t) * seq;
-        float mx = row[0];
-        for (int j = 1; j <= t; ++j) mx = std::max(mx, row[j]);
-        for (int j = 0; j <= t; ++j) row[j] = exp_element(row[j] - mx);
-        float sum = 0;
-        for (int j = 0; j <= t; ++j) sum += row[j];
-        const float inv = 1.0f / sum;
-        for (int j = 0; j <= t; ++j) row[j] *= inv;
-        for (int j = t + 1; j < seq; ++j) row[j] = 0.0f;
-      }
-      cpu::gemm(false, false, seq, hs, seq, 1.0f, a, seq, s + 2 * C + h * hs, C3, 0.0f,
-                y.data() + h * hs, C);
-    }
-    T* o = out + static_cast<I>(b) * seq * C;
-    for (std::size_t i = 0; i < y.size(); ++i) {
-      if constexpr (std::is_same_v<T, float>)
-        o[i] = y[i];
-      else
-        o[i] = to_bf16(y[i]);
-    }
-  }
-}
-
-template <class T>
-void whole_backward(float* dqkv, const float* dout, const T* qkv, const float* att, int B, int seq,
-                    int C, int NH) {
-  const int hs = C / NH, C3 = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const I tt = static_cast<I>(seq) * seq;
-  std::vector<float> widened, datt(static_cast<std::size_t>(tt));
-  for (int b = 0; b < B; ++b) {
-    const float* s = widened_sequence(qkv + static_cast<I>(b) * seq * C3, seq, C, widened);
-    const float* dy = dout + static_cast<I>(b) * seq * C;
-    float* dseq = dqkv + static_cast<I>(b) * seq * C3;
-    for (int h = 0; h < NH; ++h) {
-      const float* q = s + h * hs;
-      const float* k = s + C + h * hs;
-      const float* v = s + 2 * C + h * hs;
-      const float* a = att + (static_cast<I>(b) * NH + h) * tt;
-      cpu::gemm(false, true, seq, seq, hs, 1.0f, dy + h * hs, C, v, C3, 0.0f, datt.data(), seq);
-      cpu::gemm(true, false, seq, hs, seq, 1.0f, a, seq, dy + h * hs, C, 0.0f,
-                dseq + 2 * C + h * hs, C3);
-      for (int t = 0; t < seq; ++t) {
-        const float* p = a + static_cast<I>(t) * seq;
-        float* d = datt.data() + static_cast<I>(t) * seq;
-        float dot = 0;
-        for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
-        for (int j = 0; j <= t; ++j) d[j] = softmax_input_grad(p[j], d[j], dot);
-        for (int j = t + 1; j < seq; ++j) d[j] = 0.0f;
-      }
-      cpu::gemm(false, false, seq, hs, seq, scale, datt.data(), seq, k, C3, 0.0f, dseq + h * hs,
-                C3);
-      cpu::gemm(true, false, seq, hs, seq, scale, datt.data(), seq, q, C3, 0.0f,
-                dseq + C + h * hs, C3);
-    }
-  }
-}
 
 // ---- runs --------------------------------------------------------------------------------------
 
@@ -150,8 +70,8 @@ Result<T> tiled(const Shape& s, const Inputs<T>& in) {
   r.saved.resize(cpu::gpt::attention_saved_floats(s.B, s.NH, s.T));
   r.dqkv.assign(n * 3 * s.C, std::nanf(""));  // every element written
   cpu::gpt::attention_forward<T>(r.out.data(), r.saved.data(), in.qkv.data(), s.B, s.T, s.C, s.NH);
-  cpu::gpt::attention_backward<T>(r.dqkv.data(), in.dout.data(), in.qkv.data(), r.saved.data(),
-                                  s.B, s.T, s.C, s.NH);
+  cpu::gpt::attention_backward<T>(r.dqkv.data(), in.dout.data(), in.qkv.data(), r.saved.data(), s.B,
+                                  s.T, s.C, s.NH);
   return r;
 }
 
@@ -206,7 +126,7 @@ TEMPLATE_TEST_CASE("tiled attention agrees with the whole-matrix attention withi
   using T = TestType;
   // gpt-micro's and gpt-nano's heads, lengths that are no multiple of the tile, one row, and
   // heads of 64 (gpt2's) at T = 300 and T = 1024.
-  const Shape shapes[] = {{2, 64, 64, 4},   {2, 128, 128, 4}, {1, 100, 96, 3}, {3, 1, 32, 2},
+  const Shape shapes[] = {{2, 64, 64, 4},   {2, 128, 128, 4}, {1, 100, 96, 3},  {3, 1, 32, 2},
                           {1, 300, 128, 2}, {1, 49, 16, 1},   {1, 1024, 128, 2}};
   for (const Shape& s : shapes) {
     INFO("B " << s.B << " T " << s.T << " C " << s.C << " NH " << s.NH);
@@ -225,7 +145,8 @@ TEMPLATE_TEST_CASE("tiled attention agrees with the whole-matrix attention withi
       }
     }
     for (int part = 0; part < 3; ++part) {
-      INFO("d" << "qkv"[part]);
+      INFO("d"
+           << "qkv"[part]);
       CHECK(relative_error(a.dqkv, b.dqkv, 3 * C, part * C, C) <= kBound);
     }
   }
@@ -261,8 +182,7 @@ TEST_CASE("tiled attention keeps each row's max and 1/sum, not the T x T probabi
       }
 }
 
-TEMPLATE_TEST_CASE("no query row of tiled attention sees a later key", "[attention]", float,
-                   bf16) {
+TEMPLATE_TEST_CASE("no query row of tiled attention sees a later key", "[attention]", float, bf16) {
   using T = TestType;
   // Rows from t0 on changed (q, k and v, every head): the outputs before t0 keep their bits, and
   // with dout zero from t0 on, so do dq, dk, dv before t0 (they depend on no later row).
@@ -290,8 +210,8 @@ TEMPLATE_TEST_CASE("no query row of tiled attention sees a later key", "[attenti
     for (int bb = 0; bb < s.B; ++bb) {
       const std::size_t row0 = static_cast<std::size_t>(bb) * s.T;
       const std::size_t rows = static_cast<std::size_t>(t0);
-      CHECK(std::memcmp(a.out.data() + row0 * C, b.out.data() + row0 * C,
-                        rows * C * sizeof(T)) == 0);
+      CHECK(std::memcmp(a.out.data() + row0 * C, b.out.data() + row0 * C, rows * C * sizeof(T)) ==
+            0);
       CHECK(std::memcmp(a.dqkv.data() + row0 * C3, b.dqkv.data() + row0 * C3,
                         rows * C3 * sizeof(float)) == 0);
     }

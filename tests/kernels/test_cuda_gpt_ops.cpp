@@ -23,7 +23,6 @@
 #include <iostream>
 #include <random>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/gpt_ops.hpp"
@@ -32,6 +31,7 @@
 #include "kernels/cuda/gpt_ops.hpp"
 #include "kernels/elementwise_math.hpp"
 #include "precision/bf16.hpp"
+#include "attention_reference.hpp"
 #include "test_data.hpp"
 #include "base/error.hpp"
 
@@ -74,36 +74,6 @@ std::vector<std::int32_t> tokens(std::size_t n, int V, std::uint32_t seed) {
   std::vector<std::int32_t> t(n);
   for (auto& e : t) e = pick(rng);
   return t;
-}
-
-// The CPU attention's probabilities [B, NH, T, T] (it keeps none: tiled, kernels/cpu/
-// attention.hpp) from its saved max and 1/sum per row: e^(q·k·scale - max) · (1/sum) on and
-// below the diagonal, 0 above.
-template <class T>
-std::vector<float> cpu_probabilities(const std::vector<T>& qkv, const std::vector<float>& saved,
-                                     const Shape& s) {
-  const int hs = s.C / s.NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  auto f = [](T x) -> float {
-    if constexpr (std::is_same_v<T, float>)
-      return x;
-    else
-      return to_float(x);
-  };
-  std::vector<float> p(sz({s.B, s.NH, s.T, s.T}), 0.0f);
-  for (int b = 0; b < s.B; ++b)
-    for (int h = 0; h < s.NH; ++h)
-      for (int t = 0; t < s.T; ++t) {
-        const std::size_t row = (static_cast<std::size_t>(b) * s.NH + h) * s.T + t;
-        const std::size_t qt = (static_cast<std::size_t>(b) * s.T + t) * 3 * s.C + h * hs;
-        for (int j = 0; j <= t; ++j) {
-          const std::size_t kj = (static_cast<std::size_t>(b) * s.T + j) * 3 * s.C + s.C + h * hs;
-          float d = 0;
-          for (int i = 0; i < hs; ++i) d += f(qkv[qt + i]) * f(qkv[kj + i]);
-          p[row * s.T + j] = std::exp(d * scale - saved[2 * row]) * saved[2 * row + 1];
-        }
-      }
-  return p;
 }
 
 // A device copy of host data, uploaded and downloaded in the order of `stream`.
@@ -360,11 +330,13 @@ TEMPLATE_TEST_CASE("GPU causal attention agrees with the CPU and with itself", "
     const auto qkv = values<T>(sz({N, 3 * C}), 31, 1.5f);
     const auto dout = uniform_values(sz({N, C}), 32);
 
-    std::vector<T> out(sz({N, C}));
+    std::vector<T> out(sz({N, C})), whole_out(sz({N, C}));
     std::vector<float> saved(hg::attention_saved_floats(s.B, s.NH, s.T)), dqkv(sz({N, 3 * C}));
     hg::attention_forward(out.data(), saved.data(), qkv.data(), s.B, s.T, C, s.NH);
     hg::attention_backward(dqkv.data(), dout.data(), qkv.data(), saved.data(), s.B, s.T, C, s.NH);
-    const std::vector<float> att = cpu_probabilities(qkv, saved, s);
+    // The CPU's tiled attention keeps no probabilities: the whole-matrix one's, for the GPU's.
+    std::vector<float> att(sz({s.B, s.NH, s.T, s.T}));
+    test::whole_forward(whole_out.data(), att.data(), qkv.data(), s.B, s.T, C, s.NH);
 
     Dev<T> d_qkv(qkv, stream), d_out(out.size());
     Dev<float> d_att(att.size()), d_catt(att, stream), d_dout(dout, stream), d_dqkv(dqkv.size());
