@@ -9,8 +9,9 @@
 //
 // Threads: the (sequence, head) pairs are the tasks of the calling thread's pool
 // (kernels/cpu/thread_pool.hpp). A pair's arithmetic runs on one thread in the order one thread
-// would run it, and its tile scratch is that thread's own (kept per thread between calls, about
-// 2·kAttentionTile·T + 4·T floats), so the results never depend on the thread count.
+// would run it, and its tile scratch is that thread's own (kept per thread between calls:
+// 2·kAttentionTile·T + T floats, and 3·T·C/NH more for a head's widened q, k, v in bf16), so the
+// results never depend on the thread count.
 #pragma once
 
 #include <cstddef>
