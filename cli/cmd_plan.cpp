@@ -36,6 +36,7 @@ using models::GptShape;
 struct PlanModel {
   std::vector<UnitSpec> units;
   std::int64_t activation_bytes = 0;
+  std::int64_t gpu_activation_bytes = -1;  // a GPT's on the GPU trainer, when it differs
   std::string activations_from;        // where activation_bytes come from, said in the report
   bool tied_head = false;
   std::string name;                    // in the report's rows and the plot ("gpt3-1.3b")
@@ -131,8 +132,10 @@ PlanModel gpt_model(const po::variables_map& vm, const PlanFlags& f, const Confi
           "--untied: zero's GPT trainer ties its output head, so it has no activation count for "
           "an untied one; give --activations megatron (a Megatron-style trainer's estimate) or "
           "--activations BYTES");
-    m.activation_bytes = models::gpt_trainer_activation_bytes(
-        shape, compute == models::GptCompute::bf16 ? DType::bf16 : DType::f32);
+    const DType dtype = compute == models::GptCompute::bf16 ? DType::bf16 : DType::f32;
+    m.activation_bytes = models::gpt_trainer_activation_bytes(shape, dtype);
+    m.gpu_activation_bytes =
+        models::gpt_trainer_activation_bytes(shape, dtype, models::GptAttention::whole);
     m.activations_from = cat("zero's GPT trainer (", name_of(compute), " compute",
                              shape.recompute ? ", recompute" : "", ")");
   }
@@ -396,6 +399,9 @@ PlanInput plan_input(const po::variables_map& vm, const PlanFlags& f, Config con
   in.emulated_device = f.device == "emulated";
   in.units = model.units;
   in.activation_bytes = model.activation_bytes;
+  // The GPU trainer's attention keeps its probabilities (models/gpt_shape.hpp, GptAttention).
+  if (in.device && !in.emulated_device && model.gpu_activation_bytes >= 0)
+    in.activation_bytes = model.gpu_activation_bytes;
   in.tied_head = model.tied_head;
   in.model_name = model.name;
   if (vm.count("optimizer")) in.optimizer = parse_optimizer(f.optimizer);

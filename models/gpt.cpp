@@ -117,10 +117,10 @@ class HostOps {
   // the trainer's bytes are known before the first micro-batch and never grow.
   HostOps(const GptShape& s, bool half) {
     const auto n = static_cast<std::size_t>(s.micro_batch) * static_cast<std::size_t>(s.seq_len);
-    const auto c = static_cast<std::size_t>(s.hidden), t = static_cast<std::size_t>(s.seq_len);
+    const auto c = static_cast<std::size_t>(s.hidden);
     const std::size_t f = s.ffn_hidden > 0 ? static_cast<std::size_t>(s.ffn_hidden) : 4 * c;
     const std::size_t wide_out = n * std::max(3 * c, f);
-    scratch_.f(std::max(half ? wide_out : 0, t * 3 * c + t * std::max(c, t)));
+    if (half) scratch_.f(wide_out);
     if (half) scratch_.h(std::max(wide_out, n * static_cast<std::size_t>(s.vocab)));
     floats_ = scratch_.floats.size();
     halves_ = scratch_.halves.size();
@@ -184,14 +184,19 @@ class HostOps {
                        const T* w, int n, int c, int oc) {
     ops::matmul_backward(dinp, acc, dw, db, dout, inp, w, n, c, oc, scratch_);
   }
-  template <class T>
-  void attention_forward(T* out, float* att, const T* qkv, int b, int seq, int c, int h) {
-    ops::attention_forward(out, att, qkv, b, seq, c, h, scratch_);
+  // Tiled attention keeps two floats per query row, not the probabilities
+  // (kernels/cpu/attention.hpp); its tile scratch is per thread.
+  static std::size_t attention_saved_floats(int b, int h, int seq) {
+    return ops::attention_saved_floats(b, h, seq);
   }
   template <class T>
-  void attention_backward(float* dqkv, const float* dout, const T* qkv, const float* att, int b,
+  void attention_forward(T* out, float* saved, const T* qkv, int b, int seq, int c, int h) {
+    ops::attention_forward(out, saved, qkv, b, seq, c, h);
+  }
+  template <class T>
+  void attention_backward(float* dqkv, const float* dout, const T* qkv, const float* saved, int b,
                           int seq, int c, int h) {
-    ops::attention_backward(dqkv, dout, qkv, att, b, seq, c, h, scratch_);
+    ops::attention_backward(dqkv, dout, qkv, saved, b, seq, c, h);
   }
   template <class T>
   void gelu_forward(T* out, const T* inp, std::int64_t n) {

@@ -174,6 +174,11 @@ class DeviceOps {
                        const T* w, int n, int c, int oc) {
     dops::matmul_backward(dinp, acc, dw, db, dout, inp, w, n, c, oc, ws_, stream_);
   }
+  // The GPU's attention keeps its softmax probabilities [B, heads, T, T] for backward.
+  static std::size_t attention_saved_floats(int b, int h, int seq) {
+    return static_cast<std::size_t>(b) * static_cast<std::size_t>(h) *
+           static_cast<std::size_t>(seq) * static_cast<std::size_t>(seq);
+  }
   template <class T>
   void attention_forward(T* out, float* att, const T* qkv, int b, int seq, int c, int h) {
     dops::attention_forward(out, att, qkv, b, seq, c, h, ws_, stream_);

@@ -6,7 +6,9 @@
 // Ops provides: Buffer<U> (a typed array in its memory: data(), size(), bytes()), make<U>(n),
 // memory (comm::Memory), zero(p, n), widen(view, out) and narrow(in, view) between engine
 // views and fp32, tokens(inputs, targets) (the micro-batch's ids where its ops read them),
-// crossentropy(...) and take_loss() (the loss sum, read when the micro-batch ends), check() (a
+// crossentropy(...) and take_loss() (the loss sum, read when the micro-batch ends),
+// attention_saved_floats(B, heads, T) (what its attention keeps for backward: the CPU's two
+// statistics per query row, the GPU's probabilities [B, heads, T, T]), check() (a
 // cheap end-of-micro-batch consistency check), scratch_bytes(), recompute_begin() and
 // recompute_end() around each block's recomputation and take_recompute_seconds() (their time,
 // read after take_loss), and every op of kernels/cpu/gpt_ops.hpp with the same arguments but
@@ -77,7 +79,7 @@ class GptModel final : public GptTrainer::Impl {
       l.fchg = ops.template make<T>(n * f1);
       for (auto* v : {&l.ln1_mean, &l.ln1_rstd, &l.ln2_mean, &l.ln2_rstd})
         *v = ops.template make<float>(n);
-      l.att = ops.template make<float>(static_cast<std::size_t>(B) * H * S * S);
+      l.att = ops.template make<float>(Ops::attention_saved_floats(B, H, S));
     }
     dres = ops.template make<float>(n * c1);
     dln = ops.template make<float>(n * c1);
@@ -195,7 +197,8 @@ class GptModel final : public GptTrainer::Impl {
   // set that every block's forward fills in turn.
   struct Layer {
     Buf<T> ln1, qkv, atty, res2, ln2, fch, fchg;
-    Buf<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd, att;
+    Buf<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+    Buf<float> att;  // what attention keeps for its backward (Ops::attention_saved_floats)
   };
   // A gathered unit's tensors: t[i] as a GEMM operand (type T), f[i] as fp32 (the 1-D tensors
   // always; every tensor in the fp32 mode, where t[i] == f[i]).

@@ -134,7 +134,8 @@ std::int64_t gpt_activation_bytes(const GptShape& s, DType work) {
   return static_cast<std::int64_t>(std::llround(total));
 }
 
-std::int64_t gpt_trainer_activation_bytes(const GptShape& s, DType compute) {
+std::int64_t gpt_trainer_activation_bytes(const GptShape& s, DType compute,
+                                          GptAttention attention) {
   check_gpt(s);
   if (compute != DType::f32 && compute != DType::bf16)
     throw Error(cat("the GPT trainer computes in fp32 or bf16, not ", name_of(compute)));
@@ -151,9 +152,13 @@ std::int64_t gpt_trainer_activation_bytes(const GptShape& s, DType compute) {
   // attention, ln2, the fc output and its GELU; ln_f; and one projection output reused by every
   // layer before its residual add.
   const I kept = act * N * (C + L * C + inner * (7 * C + 2 * F) + 2 * C);
-  // fp32: per kept block two LayerNorms' mean and rstd and the attention probabilities
-  // [B, heads, T, T]; ln_f's statistics; the logits [N, V] (overwritten by their gradient).
-  const I stats = 4 * (inner * (4 * N + I{s.micro_batch} * H * T * T) + 2 * N + N * V);
+  // fp32: per kept block two LayerNorms' mean and rstd and what attention keeps for backward
+  // (tiled: two statistics per (sequence, head, query row), [B, heads, T, 2], kernels/cpu/
+  // attention.hpp; whole: the probabilities [B, heads, T, T]); ln_f's statistics; the logits
+  // [N, V] (overwritten by their gradient).
+  const bool whole = attention == GptAttention::whole;
+  const I saved = whole ? I{s.micro_batch} * H * T * T : N * H * 2;
+  const I stats = 4 * (inner * (4 * N + saved) + 2 * N + N * V);
   // Backward, fp32: the residual stream's gradient, an LN output's gradient, d(qkv), d(fc).
   const I backward = 4 * N * (5 * C + F);
   // One unit's parameters widened to fp32 (fp32 mode: every tensor of the largest unit; bf16
@@ -164,11 +169,13 @@ std::int64_t gpt_trainer_activation_bytes(const GptShape& s, DType compute) {
   const I embed = (V + T) * C;
   const I widened = 4 * (half ? block_small : std::max(block, embed));
   const I grads = 4 * (embed + block);
-  // Op scratch: fp32 GEMM outputs before the bias and the rounding (bf16 mode), one sequence's
-  // widened q, k, v with its output or d(att) (attention); bf16 copies of a gradient entering a
-  // GEMM (bf16 mode: a linear layer's output gradient, or the logits' [N, V]).
+  // Op scratch: fp32 GEMM outputs before the bias and the rounding (bf16 mode), and for the
+  // whole-matrix attention one sequence's widened q, k, v with its output or d(att) (the tiled
+  // one's tiles are its threads' own); bf16 copies of a gradient entering a GEMM (bf16 mode: a
+  // linear layer's output gradient, or the logits' [N, V]).
   const I wide_out = std::max(3 * C, F);
-  const I floats = std::max(half ? N * wide_out : I{0}, T * 3 * C + T * std::max(C, T));
+  const I floats =
+      std::max(half ? N * wide_out : I{0}, whole ? T * 3 * C + T * std::max(C, T) : I{0});
   const I halves = half ? std::max(N * wide_out, N * V) : I{0};
   const I total = kept + stats + backward + widened + grads + 4 * floats + 2 * halves;
   if (total > I{std::numeric_limits<std::int64_t>::max()})

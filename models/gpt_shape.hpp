@@ -42,14 +42,21 @@ std::vector<UnitSpec> gpt_units(const GptShape& shape);
 // 2·s·b·h with full recomputation (+ one block's full set while it is recomputed); plus the
 // logits (4·s·b·V fp32 for the loss). Documented term by term in docs/memory.md.
 std::int64_t gpt_activation_bytes(const GptShape& shape, DType work_dtype);
-// The bytes zero's reference GPT trainer (models/gpt.hpp) holds per rank for one micro-batch,
-// exactly: every activation it keeps for backward (compute_dtype: bf16 or fp32), its fp32
-// LayerNorm statistics, attention probabilities and logits, its backward buffers, the widened
-// parameters and gradients of one unit (and the tied embedding's gradient, kept across the
-// backward) and its op scratch; with shape.recompute, each block's input and one block's inner
-// activations instead of every block's. Term by term in docs/memory.md; the trainer checks
-// that its buffers add up to this. Less than gpt_activation_bytes's estimate for the same shape is
-// expected: no dropout masks, one buffer per tensor, attention's probabilities only.
-std::int64_t gpt_trainer_activation_bytes(const GptShape& shape, DType compute_dtype);
+// The bytes zero's reference GPT trainer on the CPU (models/gpt.hpp) holds per rank for one
+// micro-batch, exactly: every activation it keeps for backward (compute_dtype: bf16 or fp32),
+// its fp32 LayerNorm statistics, attention's two statistics per query row and head (its tiled
+// attention keeps no probabilities) and logits, its backward buffers, the widened parameters
+// and gradients of one unit (and the tied embedding's gradient, kept across the backward) and
+// its op scratch; with shape.recompute, each block's input and one block's inner activations
+// instead of every block's. Term by term in docs/memory.md; the trainer checks that its buffers
+// add up to this. Less than gpt_activation_bytes's estimate for the same shape is expected: no
+// dropout masks, one buffer per tensor, no s x s term.
+//
+// `attention` names the attention whose state is counted: tiled (the CPU trainer's) or whole,
+// the probabilities [B, heads, T, T] per kept block and one sequence's s x s scratch, which is
+// what the GPU trainer (models/gpt_cuda.cpp) keeps (its own workspace is not counted exactly).
+enum class GptAttention { tiled, whole };
+std::int64_t gpt_trainer_activation_bytes(const GptShape& shape, DType compute_dtype,
+                                          GptAttention attention = GptAttention::tiled);
 
 }  // namespace zero::models

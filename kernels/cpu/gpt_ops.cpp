@@ -250,96 +250,6 @@ void matmul_backward(float* dinp, bool accumulate, float* dweight, float* dbias,
   });
 }
 
-namespace {
-
-// One sequence's q, k, v [T, 3C] as fp32: the stored values themselves, or widened from bf16
-// into scratch (exact), so attention's small GEMMs are fp32 GEMMs of the same products.
-template <class T>
-const float* sequence_qkv(const T* qkv, int seq, int C, float* widened) {
-  if constexpr (std::is_same_v<T, float>) {
-    (void)seq, (void)C, (void)widened;
-    return qkv;
-  } else {
-    const std::int64_t n = static_cast<std::int64_t>(seq) * 3 * C;
-    for (std::int64_t i = 0; i < n; ++i) widened[i] = to_float(qkv[i]);
-    return widened;
-  }
-}
-
-}  // namespace
-
-template <class T>
-void attention_forward(T* out, float* att, const T* qkv, int B, int seq, int C, int NH,
-                       Scratch& scratch) {
-  const int hs = C / NH, C3 = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const std::int64_t tt = static_cast<std::int64_t>(seq) * seq;
-  float* buf = scratch.f(static_cast<std::size_t>(seq) * C3 + static_cast<std::size_t>(seq) * C);
-  float* widened = buf;
-  float* y = buf + static_cast<std::int64_t>(seq) * C3;  // one sequence's output, fp32
-  for (int b = 0; b < B; ++b) {
-    const float* s = sequence_qkv(qkv + static_cast<std::int64_t>(b) * seq * C3, seq, C, widened);
-    for (int h = 0; h < NH; ++h) {
-      const float* q = s + h * hs;
-      const float* k = s + C + h * hs;
-      const float* v = s + 2 * C + h * hs;
-      float* a = att + (static_cast<std::int64_t>(b) * NH + h) * tt;
-      gemm(false, true, seq, seq, hs, scale, q, C3, k, C3, 0.0f, a, seq);
-      for (int t = 0; t < seq; ++t) {  // causal softmax of row t over keys 0..t
-        float* row = a + static_cast<std::int64_t>(t) * seq;
-        float mx = row[0];
-        for (int j = 1; j <= t; ++j) mx = std::max(mx, row[j]);
-        exp_shifted(row, t + 1, mx);
-        float sum = 0;
-        for (int j = 0; j <= t; ++j) sum += row[j];
-        const float inv = 1.0f / sum;
-        for (int j = 0; j <= t; ++j) row[j] *= inv;
-        for (int j = t + 1; j < seq; ++j) row[j] = 0.0f;
-      }
-      gemm(false, false, seq, hs, seq, 1.0f, a, seq, v, C3, 0.0f, y + h * hs, C);
-    }
-    T* o = out + static_cast<std::int64_t>(b) * seq * C;
-    for (std::int64_t i = 0; i < static_cast<std::int64_t>(seq) * C; ++i) o[i] = st<T>(y[i]);
-  }
-}
-
-template <class T>
-void attention_backward(float* dqkv, const float* dout, const T* qkv, const float* att, int B,
-                        int seq, int C, int NH, Scratch& scratch) {
-  const int hs = C / NH, C3 = 3 * C;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const std::int64_t tt = static_cast<std::int64_t>(seq) * seq;
-  float* buf = scratch.f(static_cast<std::size_t>(seq) * C3 + static_cast<std::size_t>(tt));
-  float* widened = buf;
-  float* datt = buf + static_cast<std::int64_t>(seq) * C3;
-  for (int b = 0; b < B; ++b) {
-    const float* s = sequence_qkv(qkv + static_cast<std::int64_t>(b) * seq * C3, seq, C, widened);
-    const float* dy = dout + static_cast<std::int64_t>(b) * seq * C;
-    float* dseq = dqkv + static_cast<std::int64_t>(b) * seq * C3;
-    for (int h = 0; h < NH; ++h) {
-      const float* q = s + h * hs;
-      const float* k = s + C + h * hs;
-      const float* v = s + 2 * C + h * hs;
-      const float* a = att + (static_cast<std::int64_t>(b) * NH + h) * tt;
-      const float* dyh = dy + h * hs;
-      // datt = dy vᵀ; dv = attᵀ dy
-      gemm(false, true, seq, seq, hs, 1.0f, dyh, C, v, C3, 0.0f, datt, seq);
-      gemm(true, false, seq, hs, seq, 1.0f, a, seq, dyh, C, 0.0f, dseq + 2 * C + h * hs, C3);
-      for (int t = 0; t < seq; ++t) {  // through the softmax, row by row (causal part only)
-        const float* p = a + static_cast<std::int64_t>(t) * seq;
-        float* d = datt + static_cast<std::int64_t>(t) * seq;
-        float dot = 0;
-        for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
-        for (int j = 0; j <= t; ++j) d[j] = softmax_input_grad(p[j], d[j], dot);
-        for (int j = t + 1; j < seq; ++j) d[j] = 0.0f;
-      }
-      // dq = dpre k · scale; dk = dpreᵀ q · scale
-      gemm(false, false, seq, hs, seq, scale, datt, seq, k, C3, 0.0f, dseq + h * hs, C3);
-      gemm(true, false, seq, hs, seq, scale, datt, seq, q, C3, 0.0f, dseq + C + h * hs, C3);
-    }
-  }
-}
-
 // The element-wise loops run on the widest SIMD path (kernels/cpu/dispatch.hpp): the same
 // source and the same bits on each, since vectorising reorders nothing.
 // Element-wise: split in blocks of kElems.
@@ -418,9 +328,6 @@ double crossentropy_forward_backward(float* logits, const std::int32_t* targets,
   template void matmul_forward<T>(T*, const T*, const T*, const float*, int, int, int, Scratch&);  \
   template void matmul_backward<T>(float*, bool, float*, float*, const float*, const T*, const T*, \
                                    int, int, int, Scratch&);                                       \
-  template void attention_forward<T>(T*, float*, const T*, int, int, int, int, Scratch&);          \
-  template void attention_backward<T>(float*, const float*, const T*, const float*, int, int, int, \
-                                      int, Scratch&);                                              \
   template void gelu_forward<T>(T*, const T*, std::int64_t);                                       \
   template void gelu_backward<T>(float*, const T*, const float*, std::int64_t);                    \
   template void residual_forward<T>(T*, const T*, const T*, std::int64_t);                         \

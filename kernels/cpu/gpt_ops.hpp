@@ -1,6 +1,7 @@
 // The GPT's operations on the CPU, forward and backward, over row-major activations of N = B·T
 // rows (llm.c's set: embeddings, LayerNorm, linear layers, causal multi-head attention, GELU,
-// residual add, softmax cross-entropy). The per-element math is kernels/gpt_math.hpp's.
+// residual add, softmax cross-entropy; attention has its own kernels/cpu/attention.hpp). The
+// per-element math is kernels/gpt_math.hpp's.
 //
 // Storage type T is float (the fp32 mode, for tight checks) or bf16 (the bf16 mode): the type of
 // the activations kept for backward and of the GEMM weights, so the linear layers run as bf16 x
@@ -13,13 +14,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/attention.hpp"
 #include "precision/bf16.hpp"
 
 namespace zero::kernels::cpu::gpt {
 
 // Scratch a caller lends to the ops that need it (GEMM outputs and rounded inputs in the bf16
-// mode, the widened q/k/v of one sequence in attention): grows to the largest request and is
-// reused, so a step allocates nothing. `floats` are fp32 slots, `halves` bf16 slots.
+// mode): grows to the largest request and is reused, so a step allocates nothing. `floats` are
+// fp32 slots, `halves` bf16 slots.
 struct Scratch {
   std::vector<float> floats;
   std::vector<bf16> halves;
@@ -54,16 +56,7 @@ template <class T>
 void matmul_backward(float* dinp, bool accumulate, float* dweight, float* dbias, const float* dout,
                      const T* inp, const T* weight, int N, int C, int OC, Scratch& scratch);
 
-// Causal self-attention over qkv [B·T, 3C] (q, k, v side by side; head h uses columns
-// h·C/NH .. (h+1)·C/NH of each): out [B·T, C], heads concatenated; att [B, NH, T, T] keeps the
-// softmax probabilities (fp32; above the diagonal zero) for backward.
-template <class T>
-void attention_forward(T* out, float* att, const T* qkv, int B, int seq, int C, int NH,
-                       Scratch& scratch);
-// dqkv [B·T, 3C] overwritten.
-template <class T>
-void attention_backward(float* dqkv, const float* dout, const T* qkv, const float* att, int B,
-                        int seq, int C, int NH, Scratch& scratch);
+// Causal self-attention: kernels/cpu/attention.hpp (included above).
 
 template <class T>
 void gelu_forward(T* out, const T* inp, std::int64_t n);

@@ -1,6 +1,8 @@
 // The GPT's shape (models/gpt_shape.hpp): the presets' parameter counts against the published
 // ones, the activation formulas, and shapes too large to plan refused in a sentence.
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <utility>
 
 #include "base/error.hpp"
 #include "models/gpt_shape.hpp"
@@ -43,13 +45,14 @@ TEST_CASE("GPT shapes: parameter counts of known models, and activations") {
 TEST_CASE("The GPT trainer's bytes with recomputation: one block's inner activations, not L") {
   GptShape s = *gpt_preset("gpt2-small");
   s.micro_batch = 2;
-  const std::int64_t N = 2 * 1024, C = 768, F = 4 * 768, L = 12, att = 2 * 12 * 1024 * 1024;
+  const std::int64_t N = 2 * 1024, C = 768, F = 4 * 768, L = 12, att = N * 12 * 2;
   for (auto [dtype, act] : {std::pair{DType::bf16, 2}, std::pair{DType::f32, 4}}) {
     const std::int64_t all = gpt_trainer_activation_bytes(s, dtype);
     GptShape r = s;
     r.recompute = true;
     // Per block no longer kept: ln1, qkv, the attention output, res2, ln2, fc and its GELU in
-    // the compute dtype; two LayerNorms' mean and rstd and the attention probabilities in fp32.
+    // the compute dtype; two LayerNorms' mean and rstd and attention's two statistics per query
+    // row and head in fp32.
     const std::int64_t inner = act * N * (7 * C + 2 * F) + 4 * (4 * N + att);
     CHECK(gpt_trainer_activation_bytes(r, dtype) == all - (L - 1) * inner);
   }
@@ -57,6 +60,21 @@ TEST_CASE("The GPT trainer's bytes with recomputation: one block's inner activat
   GptShape r = s;
   r.recompute = true;
   CHECK(gpt_trainer_activation_bytes(r, DType::bf16) != gpt_activation_bytes(r, DType::bf16));
+}
+
+TEST_CASE("The CPU trainer's tiled attention keeps two floats per row; the GPU's, probabilities") {
+  GptShape s = *gpt_preset("gpt2-small");
+  s.micro_batch = 2;
+  const std::int64_t B = 2, T = 1024, N = B * T, C = 768, H = 12, L = 12;
+  for (auto [dtype, gemm_out] : {std::pair{DType::bf16, N * 4 * C}, std::pair{DType::f32, 0L}}) {
+    const std::int64_t tiled = gpt_trainer_activation_bytes(s, dtype);
+    const std::int64_t whole = gpt_trainer_activation_bytes(s, dtype, GptAttention::whole);
+    CHECK(tiled == gpt_trainer_activation_bytes(s, dtype, GptAttention::tiled));
+    // Per block B·H·T² fp32 probabilities instead of 2·N·H statistics, and one sequence's q, k,
+    // v with its T x T scores in the op scratch when that outgrows the bf16 GEMM outputs.
+    const std::int64_t scratch = std::max(gemm_out, T * 3 * C + T * T) - gemm_out;
+    CHECK(whole - tiled == L * 4 * (B * H * T * T - 2 * N * H) + 4 * scratch);
+  }
 }
 
 TEST_CASE("A GPT too large to plan is refused in a sentence, never wrapped") {

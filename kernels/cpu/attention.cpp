@@ -1,0 +1,249 @@
+// Tiled causal attention on the CPU (kernels/cpu/attention.hpp).
+//
+// Per (sequence, head), forward walks tiles of query rows [r0, r1): the scores against keys
+// 0..r1-1 only (the keys past the tile's last row are masked for every row of it), the softmax of
+// each row over its keys 0..t with its exact max, then y = P·v over those keys. Backward runs two
+// passes over the same pair: tiles of query rows (the probabilities again from the saved max and
+// 1/sum, dP = dy·vᵀ, each row's Σ_j p·dp, then dq), and tiles of key columns [c0, c1) against
+// query rows c0..T-1 (the rows before c0 see none of these keys), which give dv and dk with each
+// key's sum over its query rows in one GEMM. The operations per element are those of the
+// whole-matrix attention, on fewer masked zeros; the GEMMs' shapes differ from its [T, T] ones,
+// and OpenBLAS's kernels give the last columns of a call and the chunks of a long sum their own
+// rounding, so results differ from it in the last bits (bound: tests/kernels/test_attention.cpp,
+// docs/gpt.md).
+#include "kernels/cpu/attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cpu/dispatch.hpp"
+#include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/gpt_math.hpp"
+
+namespace zero::kernels::cpu::gpt {
+namespace {
+
+using I = std::int64_t;
+
+// The calling thread's tile scratch, grown to the largest request and kept: the pool's threads
+// live as long as the rank, and each pair runs on one thread at a time.
+float* thread_scratch(std::size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+// row[j] = e^(row[j] - shift) for j < n, vectorised (kernels/cpu/gpt_ops.cpp's; the sum that
+// follows is a fixed-order scalar loop).
+void exp_shifted(float* row, int n, float shift) {
+  detail::dispatch(best_path(), [&]() ZERO_LOOP {
+    for (int j = 0; j < n; ++j) row[j] = exp_element(row[j] - shift);
+  });
+}
+
+// row[j] *= inv for j < n, vectorised (element-wise: no operation reordered).
+void scale_row(float* row, int n, float inv) {
+  detail::dispatch(best_path(), [&]() ZERO_LOOP {
+    for (int j = 0; j < n; ++j) row[j] *= inv;
+  });
+}
+
+// d[j] = softmax_input_grad(p[j], d[j], dot) for j < n, vectorised likewise.
+void softmax_grad_row(float* d, const float* p, int n, float dot) {
+  detail::dispatch(best_path(), [&]() ZERO_LOOP {
+    for (int j = 0; j < n; ++j) d[j] = softmax_input_grad(p[j], d[j], dot);
+  });
+}
+
+// The recomputed probabilities of one row: e^(s - max) · (1/sum) for its n unmasked keys.
+void probabilities(float* row, int n, float mx, float inv) {
+  exp_shifted(row, n, mx);
+  scale_row(row, n, inv);
+}
+
+// One head of one sequence as fp32 rows: q, k, v with row stride ld.
+struct Head {
+  const float* q;
+  const float* k;
+  const float* v;
+  int ld;
+};
+
+// The stored values themselves (fp32), or this head's columns widened from bf16 (exact) into
+// `widened` [T, 3·hs].
+template <class T>
+Head head_view(const T* seq_qkv, int h, int seq, int C, int hs, float* widened) {
+  const int C3 = 3 * C;
+  if constexpr (std::is_same_v<T, float>) {
+    (void)seq, (void)widened;
+    return {seq_qkv + h * hs, seq_qkv + C + h * hs, seq_qkv + 2 * C + h * hs, C3};
+  } else {
+    for (int t = 0; t < seq; ++t)
+      for (int part = 0; part < 3; ++part) {
+        const T* src = seq_qkv + static_cast<I>(t) * C3 + part * C + h * hs;
+        float* dst = widened + static_cast<I>(t) * 3 * hs + part * hs;
+        for (int i = 0; i < hs; ++i) dst[i] = to_float(src[i]);
+      }
+    return {widened, widened + hs, widened + 2 * hs, 3 * hs};
+  }
+}
+
+template <class T>
+constexpr std::size_t widened_floats(int seq, int hs) {
+  return std::is_same_v<T, float> ? 0 : static_cast<std::size_t>(seq) * 3 * hs;
+}
+
+// The (sequence, head) pairs as the pool's tasks, one pair per task.
+template <class F>
+void for_pairs(int B, int NH, F&& body) {
+  for_blocks(static_cast<std::size_t>(B) * NH, 1, [&](std::size_t p, std::size_t) {
+    body(static_cast<int>(p / NH), static_cast<int>(p % NH));
+  });
+}
+
+template <class T>
+void forward_pair(T* out, float* saved, const T* qkv, int b, int h, int seq, int C, int NH) {
+  const int hs = C / NH, R = kAttentionTile;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const std::size_t wide = widened_floats<T>(seq, hs);
+  float* buf = thread_scratch(wide + static_cast<std::size_t>(R) * (seq + hs));
+  const Head hd = head_view(qkv + static_cast<I>(b) * seq * 3 * C, h, seq, C, hs, buf);
+  float* S = buf + wide;                             // [rows, r1]: scores, then probabilities
+  float* y = S + static_cast<std::size_t>(R) * seq;  // [rows, hs] (bf16 storage only)
+  float* st = saved + (static_cast<I>(b) * NH + h) * seq * 2;
+  for (int r0 = 0; r0 < seq; r0 += R) {
+    const int r1 = std::min(seq, r0 + R), rows = r1 - r0;
+    gemm(false, true, rows, r1, hs, scale, hd.q + static_cast<I>(r0) * hd.ld, hd.ld, hd.k, hd.ld,
+         0.0f, S, r1);
+    for (int i = 0; i < rows; ++i) {  // causal softmax of row t over keys 0..t
+      const int t = r0 + i;
+      float* row = S + static_cast<I>(i) * r1;
+      float mx = row[0];
+      for (int j = 1; j <= t; ++j) mx = std::max(mx, row[j]);
+      exp_shifted(row, t + 1, mx);
+      float sum = 0;
+      for (int j = 0; j <= t; ++j) sum += row[j];
+      const float inv = 1.0f / sum;
+      scale_row(row, t + 1, inv);
+      std::fill(row + t + 1, row + r1, 0.0f);
+      st[2 * t] = mx;
+      st[2 * t + 1] = inv;
+    }
+    T* o = out + (static_cast<I>(b) * seq + r0) * C + h * hs;
+    if constexpr (std::is_same_v<T, float>) {
+      gemm(false, false, rows, hs, r1, 1.0f, S, r1, hd.v, hd.ld, 0.0f, o, C);
+    } else {
+      gemm(false, false, rows, hs, r1, 1.0f, S, r1, hd.v, hd.ld, 0.0f, y, hs);
+      for (int i = 0; i < rows; ++i)
+        for (int c = 0; c < hs; ++c)
+          o[static_cast<I>(i) * C + c] = to_bf16(y[static_cast<I>(i) * hs + c]);
+    }
+  }
+}
+
+// Backward's first pass: per tile of query rows, dS = softmax'(P, dy·vᵀ) and dq = dS·k·scale;
+// each row's Σ_j p·dp into dots[t] for the second pass.
+void backward_queries(float* dq, float* dots, const Head& hd, const float* dy, const float* st,
+                      int seq, int hs, int ldy, int ldd, float scale, float* P, float* D) {
+  const int R = kAttentionTile;
+  for (int r0 = 0; r0 < seq; r0 += R) {
+    const int r1 = std::min(seq, r0 + R), rows = r1 - r0;
+    gemm(false, true, rows, r1, hs, scale, hd.q + static_cast<I>(r0) * hd.ld, hd.ld, hd.k, hd.ld,
+         0.0f, P, r1);
+    gemm(false, true, rows, r1, hs, 1.0f, dy + static_cast<I>(r0) * ldy, ldy, hd.v, hd.ld, 0.0f, D,
+         r1);
+    for (int i = 0; i < rows; ++i) {
+      const int t = r0 + i;
+      float* p = P + static_cast<I>(i) * r1;
+      float* d = D + static_cast<I>(i) * r1;
+      probabilities(p, t + 1, st[2 * t], st[2 * t + 1]);
+      float dot = 0;
+      for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
+      softmax_grad_row(d, p, t + 1, dot);
+      std::fill(d + t + 1, d + r1, 0.0f);
+      dots[t] = dot;
+    }
+    gemm(false, false, rows, hs, r1, scale, D, r1, hd.k, hd.ld, 0.0f, dq + static_cast<I>(r0) * ldd,
+         ldd);
+  }
+}
+
+// Backward's second pass: per tile of key columns [c0, c1), against query rows c0..T-1,
+// dv = Pᵀ·dy and dk = dSᵀ·q·scale.
+void backward_keys(float* dk, float* dv, const float* dots, const Head& hd, const float* dy,
+                   const float* st, int seq, int hs, int ldy, int ldd, float scale, float* P,
+                   float* D) {
+  const int R = kAttentionTile;
+  for (int c0 = 0; c0 < seq; c0 += R) {
+    const int c1 = std::min(seq, c0 + R), cols = c1 - c0, rows = seq - c0;
+    const float* q = hd.q + static_cast<I>(c0) * hd.ld;
+    const float* dyc = dy + static_cast<I>(c0) * ldy;
+    gemm(false, true, rows, cols, hs, scale, q, hd.ld, hd.k + static_cast<I>(c0) * hd.ld, hd.ld,
+         0.0f, P, cols);
+    gemm(false, true, rows, cols, hs, 1.0f, dyc, ldy, hd.v + static_cast<I>(c0) * hd.ld, hd.ld,
+         0.0f, D, cols);
+    for (int i = 0; i < rows; ++i) {
+      const int t = c0 + i, n = std::min(cols, i + 1);  // keys c0..t of this tile
+      float* p = P + static_cast<I>(i) * cols;
+      float* d = D + static_cast<I>(i) * cols;
+      probabilities(p, n, st[2 * t], st[2 * t + 1]);
+      softmax_grad_row(d, p, n, dots[t]);
+      std::fill(p + n, p + cols, 0.0f);
+      std::fill(d + n, d + cols, 0.0f);
+    }
+    gemm(true, false, cols, hs, rows, 1.0f, P, cols, dyc, ldy, 0.0f, dv + static_cast<I>(c0) * ldd,
+         ldd);
+    gemm(true, false, cols, hs, rows, scale, D, cols, q, hd.ld, 0.0f, dk + static_cast<I>(c0) * ldd,
+         ldd);
+  }
+}
+
+template <class T>
+void backward_pair(float* dqkv, const float* dout, const T* qkv, const float* saved, int b, int h,
+                   int seq, int C, int NH) {
+  const int hs = C / NH, C3 = 3 * C, R = kAttentionTile;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const std::size_t wide = widened_floats<T>(seq, hs), tile = static_cast<std::size_t>(R) * seq;
+  float* buf = thread_scratch(wide + seq + 2 * tile);
+  const Head hd = head_view(qkv + static_cast<I>(b) * seq * C3, h, seq, C, hs, buf);
+  float* dots = buf + wide;
+  float* P = dots + seq;
+  float* D = P + tile;
+  const float* dy = dout + static_cast<I>(b) * seq * C + h * hs;
+  const float* st = saved + (static_cast<I>(b) * NH + h) * seq * 2;
+  float* d = dqkv + static_cast<I>(b) * seq * C3 + h * hs;
+  backward_queries(d, dots, hd, dy, st, seq, hs, C, C3, scale, P, D);
+  backward_keys(d + C, d + 2 * C, dots, hd, dy, st, seq, hs, C, C3, scale, P, D);
+}
+
+}  // namespace
+
+std::size_t attention_saved_floats(int B, int NH, int seq) {
+  return static_cast<std::size_t>(B) * static_cast<std::size_t>(NH) *
+         static_cast<std::size_t>(seq) * 2;
+}
+
+template <class T>
+void attention_forward(T* out, float* saved, const T* qkv, int B, int seq, int C, int NH) {
+  for_pairs(B, NH, [&](int b, int h) { forward_pair(out, saved, qkv, b, h, seq, C, NH); });
+}
+
+template <class T>
+void attention_backward(float* dqkv, const float* dout, const T* qkv, const float* saved, int B,
+                        int seq, int C, int NH) {
+  for_pairs(B, NH, [&](int b, int h) { backward_pair(dqkv, dout, qkv, saved, b, h, seq, C, NH); });
+}
+
+#define ZERO_ATTENTION(T)                                                                          \
+  template void attention_forward<T>(T*, float*, const T*, int, int, int, int);                    \
+  template void attention_backward<T>(float*, const float*, const T*, const float*, int, int, int, \
+                                      int);
+ZERO_ATTENTION(float)
+ZERO_ATTENTION(bf16)
+#undef ZERO_ATTENTION
+
+}  // namespace zero::kernels::cpu::gpt
