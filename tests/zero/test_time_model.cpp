@@ -114,6 +114,15 @@ TEST_CASE("A compressed reduction is an all-to-all per bucket, and the step time
   CHECK(s.all_to_all.calls == p.collectives.shard.all_to_all.calls);
   CHECK(s.all_to_all.payload_bytes == p.collectives.shard.all_to_all.payload_bytes);
   CHECK(s.all_to_all.seconds > 0);
+  // With overlap_comm every bucket's all-to-all but the last hides behind backward.
+  PlanInput ov = in;
+  ov.config.zero.overlap_comm = true;
+  ov.config.zero.reduce_bucket_size = 10'000'000;
+  const Plan q = plan_memory(ov);
+  const std::int64_t buckets = q.phases.reductions.shard.all_to_all.calls;
+  CHECK(buckets > 1);
+  const StepTime o = estimate_step(q, ov, time_on(paper_cluster(), 1e8, 1e6));
+  CHECK(o.exposed_backward == Approx(o.all_to_all.seconds / double(buckets)).epsilon(1e-9));
 }
 
 TEST_CASE(
