@@ -37,7 +37,14 @@ struct Options {
 };
 
 // The collectives, for accounting and error messages.
-enum class Op : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, barrier, all_to_all };
+enum class Op : std::uint8_t {
+  all_reduce,
+  reduce_scatter,
+  all_gather,
+  broadcast,
+  barrier,
+  all_to_all
+};
 inline constexpr std::size_t kOpCount = 6;
 std::string_view name_of(Op op);
 std::string_view name_of(ReduceOp op);
@@ -128,9 +135,9 @@ class Handle {
 
 // Per-operation accounting, per rank. payload_bytes: the size of the whole logical buffer the
 // operation works on (the input of a reduce-scatter, the output of an all-gather, the buffer of an
-// all-reduce or broadcast, the input of an all-to-all). wire_bytes: the data bytes this rank itself sent under the algorithm
-// the backend runs (the signature exchange of Options::verify is not counted). Only operations that
-// completed without error are counted.
+// all-reduce or broadcast, the input of an all-to-all). wire_bytes: the data bytes this rank
+// itself sent under the algorithm the backend runs (the signature exchange of Options::verify is
+// not counted). Only operations that completed without error are counted.
 struct OpStats {
   std::uint64_t calls = 0;
   std::uint64_t payload_bytes = 0;

@@ -416,7 +416,9 @@ StepTime estimate_step(const Plan& plan, const PlanInput& in, const TimeInput& t
   const Placements at =
       place_groups(plan.ranks, plan.shard_size, plan.secondary_size, c.gpus_per_node);
   const PhaseCost cost{
-      at, c, t.algorithm,
+      at,
+      c,
+      t.algorithm,
       {&s.all_reduce, &s.reduce_scatter, &s.all_gather, &s.broadcast, &s.all_to_all}};
   const Plan::Phases& ph = plan.phases;
   const double forward_comm = cost(ph.forward), gathers = cost(ph.backward_gathers),

@@ -82,7 +82,7 @@ TEST_CASE("Reduce-scatter and all-gather cost (n-1)/n of the whole buffer, broad
   CHECK(seconds(comm::Op::all_reduce, 0, 0, in_node(8)) == 0);
 }
 
-TEST_CASE("An all-to-all costs (n-1)/n of its buffer through the slowest link, one latency a call") {
+TEST_CASE("An all-to-all sends (n-1)/n of its buffer through the slowest link, a latency a call") {
   // Inside a node: 7/8 of 1 GB at 100 GB/s, plus 10 us + one step of 1 us.
   CHECK(seconds(comm::Op::all_to_all, 1, 1e9, in_node(8)) ==
         Approx(11e-6 + 0.00875).epsilon(1e-12));
@@ -109,7 +109,8 @@ TEST_CASE("A compressed reduction is an all-to-all per bucket, and the step time
   CHECK(r.reduce_scatter.calls == 0);
   CHECK(r.all_gather.calls == 0);
   // Each bucket's input is the 8 owners' int8 segments with a scale per 2048 values: about Ψ.
-  CHECK(static_cast<double>(r.all_to_all.payload_bytes) == Approx(1e8 * (1 + 4.0 / 2048)).epsilon(0.01));
+  CHECK(static_cast<double>(r.all_to_all.payload_bytes) ==
+        Approx(1e8 * (1 + 4.0 / 2048)).epsilon(0.01));
   const StepTime s = estimate_step(p, in, time_on(paper_cluster(), 1e8, 1e6));
   CHECK(s.all_to_all.calls == p.collectives.shard.all_to_all.calls);
   CHECK(s.all_to_all.payload_bytes == p.collectives.shard.all_to_all.payload_bytes);
