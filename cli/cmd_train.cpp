@@ -330,10 +330,11 @@ void print_summary(const Trainer& t, const Trained& r, const Measured& m) {
   const comm::Accounting& acct = m.acct;
   std::printf(
       "\ntraffic per step per rank (payload)   all_reduce %s   reduce_scatter %s   all_gather "
-      "%s\n",
+      "%s   all_to_all %s\n",
       human_bytes(double(acct[comm::Op::all_reduce].payload_bytes) / run_steps).c_str(),
       human_bytes(double(acct[comm::Op::reduce_scatter].payload_bytes) / run_steps).c_str(),
-      human_bytes(double(acct[comm::Op::all_gather].payload_bytes) / run_steps).c_str());
+      human_bytes(double(acct[comm::Op::all_gather].payload_bytes) / run_steps).c_str(),
+      human_bytes(double(acct[comm::Op::all_to_all].payload_bytes) / run_steps).c_str());
   if (m.grouped)
     std::printf(
         "by group, per step per rank (payload): inside the shard group %s, across "
@@ -399,11 +400,13 @@ void write_json(const Trainer& t, const Trained& r, const Measured& m,
       {"comm_bytes",
        {{"all_reduce", per_step(comm::Op::all_reduce)},
         {"reduce_scatter", per_step(comm::Op::reduce_scatter)},
-        {"all_gather", per_step(comm::Op::all_gather)}}},
+        {"all_gather", per_step(comm::Op::all_gather)},
+        {"all_to_all", per_step(comm::Op::all_to_all)}}},
       {"comm_wire_bytes",
        {{"all_reduce", wire(comm::Op::all_reduce)},
         {"reduce_scatter", wire(comm::Op::reduce_scatter)},
-        {"all_gather", wire(comm::Op::all_gather)}}},
+        {"all_gather", wire(comm::Op::all_gather)},
+        {"all_to_all", wire(comm::Op::all_to_all)}}},
   };
   j["comm_bytes_by_group"] = {{"shard", group_bytes(m.by_group.shard, run_steps)},
                               {"replicate", group_bytes(m.by_group.replicate, run_steps)},

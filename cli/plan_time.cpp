@@ -207,7 +207,8 @@ std::string describe_times(const std::vector<Plan>& plans, const std::vector<Ste
       {"all-reduce", &StepTime::all_reduce},
       {"reduce-scatter", &StepTime::reduce_scatter},
       {"all-gather", &StepTime::all_gather},
-      {"broadcast", &StepTime::broadcast}};
+      {"broadcast", &StepTime::broadcast},
+      {"all-to-all", &StepTime::all_to_all}};
   for (const auto& [name, op] : ops) {
     bool any = false;
     for (const StepTime& s : steps) any |= (s.*op).calls > 0;
@@ -256,7 +257,8 @@ boost::json::object collectives_json(const GroupedOps& g) {
     return boost::json::object{{"all_reduce", one(ops.all_reduce)},
                                {"reduce_scatter", one(ops.reduce_scatter)},
                                {"all_gather", one(ops.all_gather)},
-                               {"broadcast", one(ops.broadcast)}};
+                               {"broadcast", one(ops.broadcast)},
+                               {"all_to_all", one(ops.all_to_all)}};
   };
   return {{"shard_group", group(g.shard)},
           {"across_shard_groups", group(g.replicate)},
@@ -277,7 +279,8 @@ boost::json::object time_json(const StepTime& s, const TimeInput& t, bool fastes
            {{"all_reduce", op(s.all_reduce)},
             {"reduce_scatter", op(s.reduce_scatter)},
             {"all_gather", op(s.all_gather)},
-            {"broadcast", op(s.broadcast)}}},
+            {"broadcast", op(s.broadcast)},
+            {"all_to_all", op(s.all_to_all)}}},
           {"comm_seconds", s.comm},
           {"comm_exposed_seconds", s.comm_exposed},
           {"exposed_forward_seconds", s.exposed_forward},

@@ -15,6 +15,8 @@ std::string_view name_of(Op op) {
       return "broadcast";
     case Op::barrier:
       return "barrier";
+    case Op::all_to_all:
+      return "all_to_all";
   }
   return "?";
 }

@@ -37,8 +37,15 @@ struct Options {
 };
 
 // The collectives, for accounting and error messages.
-enum class Op : std::uint8_t { all_reduce, reduce_scatter, all_gather, broadcast, barrier };
-inline constexpr std::size_t kOpCount = 5;
+enum class Op : std::uint8_t {
+  all_reduce,
+  reduce_scatter,
+  all_gather,
+  broadcast,
+  barrier,
+  all_to_all
+};
+inline constexpr std::size_t kOpCount = 6;
 std::string_view name_of(Op op);
 std::string_view name_of(ReduceOp op);
 
@@ -128,9 +135,9 @@ class Handle {
 
 // Per-operation accounting, per rank. payload_bytes: the size of the whole logical buffer the
 // operation works on (the input of a reduce-scatter, the output of an all-gather, the buffer of an
-// all-reduce or broadcast). wire_bytes: the data bytes this rank itself sent under the algorithm
-// the backend runs (the signature exchange of Options::verify is not counted). Only operations that
-// completed without error are counted.
+// all-reduce or broadcast, the input of an all-to-all). wire_bytes: the data bytes this rank
+// itself sent under the algorithm the backend runs (the signature exchange of Options::verify is
+// not counted). Only operations that completed without error are counted.
 struct OpStats {
   std::uint64_t calls = 0;
   std::uint64_t payload_bytes = 0;
@@ -171,12 +178,17 @@ class Communicator {
   //   last blocks are shorter (or empty); nothing is copied. The result equals a reduce_scatter of
   //   the buffer padded to size() * b, followed by an all_gather, bitwise.
   // broadcast: in place from root.
+  // all_to_all: in.count == out.count == size() x b, in blocks of b; block j of rank r's `in`
+  //   lands at block r of rank j's `out` (this rank's own block j = rank() is copied locally).
+  //   Equal blocks for every peer; in and out must not overlap, and have the same dtype. Each
+  //   rank sends (size() - 1) x b elements: (n - 1) / n of its buffer.
   // Wrong local arguments throw zero::Error at the call, naming the op and the numbers.
   virtual Handle all_reduce_async(View buf, ReduceOp op) = 0;
   virtual Handle reduce_scatter_async(ConstView in, View out, ReduceOp op) = 0;
   virtual Handle all_gather_async(ConstView in, View out) = 0;
   virtual Handle broadcast_async(View buf, int root) = 0;
   virtual Handle barrier_async() = 0;
+  virtual Handle all_to_all_async(ConstView in, View out) = 0;
 
   // A sub-communicator of the ranks that pass the same color, ordered by key (MPI_Comm_split),
   // with its own communication thread and accounting. Collective over this communicator; a rank
@@ -209,6 +221,7 @@ class Communicator {
   virtual void all_gather(ConstView in, View out) { all_gather_async(in, out).wait(); }
   virtual void broadcast(View buf, int root) { broadcast_async(buf, root).wait(); }
   virtual void barrier() { barrier_async().wait(); }
+  virtual void all_to_all(ConstView in, View out) { all_to_all_async(in, out).wait(); }
 };
 
 }  // namespace zero::comm

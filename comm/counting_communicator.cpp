@@ -52,6 +52,8 @@ class CountingCommunicator final : public Communicator {
   }
   Handle broadcast_async(View buf, int) override { return count(Op::broadcast, buf.bytes()); }
   Handle barrier_async() override { return count(Op::barrier, 0); }
+  // The MPI and NCCL all-to-all stage nothing.
+  Handle all_to_all_async(ConstView in, View) override { return count(Op::all_to_all, in.bytes()); }
 
   std::unique_ptr<Communicator> split(int, int) override {
     throw Error("a counting communicator cannot split: which ranks share a color is not known");

@@ -28,6 +28,9 @@ class EmulatedDevice final : public Communicator {
     return inner_->broadcast_async(host(buf, "broadcast"), root);
   }
   Handle barrier_async() override { return inner_->barrier_async(); }
+  Handle all_to_all_async(ConstView in, View out) override {
+    return inner_->all_to_all_async(host(in, "all_to_all"), host(out, "all_to_all"));
+  }
   std::unique_ptr<Communicator> split(int color, int key) override {
     auto s = inner_->split(color, key);
     return s ? std::make_unique<EmulatedDevice>(std::move(s)) : nullptr;

@@ -87,6 +87,9 @@ class MpiCommunicator final : public Communicator {
   }
   Handle broadcast_async(View buf, int root) override { return submit(broadcast_task(buf, root)); }
   Handle barrier_async() override { return submit(barrier_task()); }
+  Handle all_to_all_async(ConstView in, View out) override {
+    return submit(all_to_all_task(in, out));
+  }
 
   void reduce_scatter(ConstView in, View out, ReduceOp op) override {
     run_now(reduce_scatter_task(in, out, op));
@@ -95,6 +98,7 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(View buf, ReduceOp op) override { run_now(all_reduce_task(buf, op)); }
   void broadcast(View buf, int root) override { run_now(broadcast_task(buf, root)); }
   void barrier() override { run_now(barrier_task()); }
+  void all_to_all(ConstView in, View out) override { run_now(all_to_all_task(in, out)); }
 
  private:
   // The tasks (mpi_tasks.hpp); a call with invalid arguments is rejected here, at the call.
@@ -112,6 +116,9 @@ class MpiCommunicator final : public Communicator {
     return valid(mpi::broadcast_task(context(), buf, root));
   }
   std::shared_ptr<Task> barrier_task() { return mpi::barrier_task(context()); }
+  std::shared_ptr<Task> all_to_all_task(ConstView in, View out) {
+    return valid(mpi::all_to_all_task(context(), in, out));
+  }
   std::shared_ptr<Task> valid(mpi::MadeTask made) {
     if (!made.invalid.empty()) reject(made.task->sig, made.invalid);
     return std::move(made.task);

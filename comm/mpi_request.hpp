@@ -178,5 +178,6 @@ inline constexpr int kTagReduceScatter = 101;
 inline constexpr int kTagAllGather = 102;
 inline constexpr int kTagBroadcast = 103;
 inline constexpr int kTagSignature = 104;
+inline constexpr int kTagAllToAll = 105;
 
 }  // namespace zero::comm::mpi

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/all_gather.hpp"
+#include "comm/all_to_all.hpp"
 #include "comm/broadcast.hpp"
 #include "comm/reduce_math.hpp"
 #include "comm/reduce_scatter.hpp"
@@ -120,6 +121,19 @@ MadeTask broadcast_task(const TaskContext& c, View buf, int root) {
       return c.rank() == root ? static_cast<std::uint64_t>(c.size() - 1) * buf.bytes() : 0;
     };
   }
+  return {t, {}};
+}
+
+MadeTask all_to_all_task(const TaskContext& c, ConstView in, View out) {
+  auto t = new_task(Call::all_to_all, ReduceOp::sum, in, out);
+  t->sig.reduce_op = -1;
+  if (auto e = check_all_to_all(in, out, c.size()); !e.empty()) return {t, e};
+  t->op = Op::all_to_all;
+  t->payload = in.bytes();
+  const std::size_t block = in.count / static_cast<std::size_t>(c.size());
+  t->body = [c, in, out, block] {
+    return all_to_all(*c.link, {in.data, out.data, block, size_of(in.dtype)});
+  };
   return {t, {}};
 }
 

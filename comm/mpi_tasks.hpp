@@ -80,6 +80,7 @@ MadeTask reduce_scatter_task(const TaskContext& c, ConstView in, View out, Reduc
 MadeTask all_gather_task(const TaskContext& c, ConstView in, View out);
 MadeTask all_reduce_task(const TaskContext& c, View buf, ReduceOp op);
 MadeTask broadcast_task(const TaskContext& c, View buf, int root);
+MadeTask all_to_all_task(const TaskContext& c, ConstView in, View out);
 std::shared_ptr<Task> barrier_task(const TaskContext& c);
 
 }  // namespace zero::comm::mpi

@@ -194,6 +194,37 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
+  // One grouped send and receive per peer (NCCL has no all-to-all collective; this is what
+  // nccl-tests' alltoall runs), and this rank's own block copied on the same stream.
+  Handle all_to_all_async(ConstView in, View out) override {
+    Signature sig = signature(Call::all_to_all, ReduceOp::sum, in, out);
+    sig.reduce_op = -1;
+    std::string e = check_device("all_to_all", "in", in.memory);
+    if (e.empty()) e = check_device("all_to_all", "out", out.memory);
+    if (e.empty()) e = mpi::check_all_to_all(host_tagged(in), host_tagged(out), size());
+    if (!e.empty()) link_->reject(sig, e);
+    const std::size_t block = in.count / n();
+    const std::size_t block_bytes = block * size_of(in.dtype);
+    const std::uint64_t wire = (n() - 1) * block_bytes;
+    const int me = rank(), N = size();
+    return issue(sig, Op::all_to_all, in.bytes(), wire, 0, [=](const Link::Queue& q) {
+      if (block == 0) return;
+      const auto* src = static_cast<const std::byte*>(in.data);
+      auto* dst = static_cast<std::byte*>(out.data);
+      const auto at = [&](int p) { return static_cast<std::size_t>(p) * block_bytes; };
+      ZERO_NCCL_CUDA(cudaMemcpyAsync(dst + at(me), src + at(me), block_bytes,
+                                     cudaMemcpyDeviceToDevice, q.stream));
+      const ncclDataType_t t = nccl_type(in.dtype);
+      q.queued(ncclGroupStart(), "ncclGroupStart");
+      for (int k = 1; k < N; ++k) {
+        const int to = (me + k) % N, from = (me - k + N) % N;
+        q.queued(ncclSend(src + at(to), block, t, to, q.nccl, q.stream), "ncclSend");
+        q.queued(ncclRecv(dst + at(from), block, t, from, q.nccl, q.stream), "ncclRecv");
+      }
+      q.queued(ncclGroupEnd(), "ncclGroupEnd");
+    });
+  }
+
   // An all-reduce of one device int, complete once every rank's communication stream has reached
   // it (the signature check alone would only order the hosts). Payload and wire count 0, as the
   // MPI backend's barrier's do.

@@ -76,6 +76,12 @@ std::string describe(const Signature& s) {
       if (!s.valid) o << ", out.count=" << s.out_count;
       o << ", " << type_name(s.in_type) << "->" << type_name(s.out_type) << ", " << rop();
       break;
+    case Call::all_to_all:
+      o << "count=" << s.in_count;
+      if (!s.valid) o << ", out.count=" << s.out_count;
+      o << ", " << type_name(s.in_type);
+      if (s.out_type != s.in_type) o << "->" << type_name(s.out_type);
+      break;
     case Call::all_gather:
       o << "count=" << s.in_count;
       if (!s.valid) o << ", out.count=" << s.out_count;

@@ -24,11 +24,14 @@ enum class Call : std::int64_t {
   all_gather,
   broadcast,
   barrier,
+  all_to_all,
   split
 };
 inline Call call_of(Op op) {
   return static_cast<Call>(static_cast<std::int64_t>(op));
 }
+static_assert(static_cast<std::int64_t>(Call::all_to_all) ==
+              static_cast<std::int64_t>(Op::all_to_all));
 
 struct Signature {
   static constexpr int kFields = 11;

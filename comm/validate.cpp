@@ -93,4 +93,22 @@ std::string check_broadcast(const View& buf, int root, int size) {
   return {};
 }
 
+std::string check_all_to_all(const ConstView& in, const View& out, int size) {
+  constexpr std::string_view name = "all_to_all";
+  if (auto e = check_view(name, "in", in.data, in.count, in.memory); !e.empty()) return e;
+  if (auto e = check_view(name, "out", out.data, out.count, out.memory); !e.empty()) return e;
+  const std::size_t n = static_cast<std::size_t>(size);
+  if (in.count % n != 0)
+    return cat("all_to_all: in.count (", in.count, ") must be a multiple of size() (", size,
+               "): one equal block per rank");
+  if (out.count != in.count)
+    return cat("all_to_all: out.count (", out.count, ") must equal in.count (", in.count, ")");
+  if (in.dtype != out.dtype)
+    return cat("all_to_all: in.dtype (", name_of(in.dtype), ") and out.dtype (", name_of(out.dtype),
+               ") must match (all_to_all does not convert)");
+  if (overlap(in.data, in.bytes(), out.data, out.bytes()))
+    return "all_to_all: out overlaps in; an all-to-all is never in place";
+  return {};
+}
+
 }  // namespace zero::comm::mpi

@@ -14,5 +14,6 @@ std::string check_reduce_scatter(const ConstView& in, const View& out, ReduceOp 
 std::string check_all_gather(const ConstView& in, const View& out, int rank, int size);
 std::string check_all_reduce(const View& buf, ReduceOp op);
 std::string check_broadcast(const View& buf, int root, int size);
+std::string check_all_to_all(const ConstView& in, const View& out, int size);
 
 }  // namespace zero::comm::mpi

@@ -415,15 +415,18 @@ Plan plan_memory(const PlanInput& in) {
 
 std::int64_t GroupOps::calls() const {
   using plan_detail::add_traffic;
-  return add_traffic(add_traffic(add_traffic(all_reduce.calls, reduce_scatter.calls),
-                                 all_gather.calls),
-                     broadcast.calls);
+  return add_traffic(add_traffic(add_traffic(add_traffic(all_reduce.calls, reduce_scatter.calls),
+                                             all_gather.calls),
+                                 broadcast.calls),
+                     all_to_all.calls);
 }
 std::int64_t GroupOps::payload_bytes() const {
   using plan_detail::add_traffic;
-  return add_traffic(add_traffic(add_traffic(all_reduce.payload_bytes, reduce_scatter.payload_bytes),
-                                 all_gather.payload_bytes),
-                     broadcast.payload_bytes);
+  return add_traffic(
+      add_traffic(add_traffic(add_traffic(all_reduce.payload_bytes, reduce_scatter.payload_bytes),
+                              all_gather.payload_bytes),
+                  broadcast.payload_bytes),
+      all_to_all.payload_bytes);
 }
 
 

@@ -92,14 +92,15 @@ struct PlanBytes {
 };
 
 // Calls and payload bytes of one collective op over one optimizer step, as comm::Accounting
-// counts them: payload is an all-reduce's buffer, a reduce-scatter's input, an all-gather's output.
+// counts them: payload is an all-reduce's buffer, a reduce-scatter's input, an all-gather's output,
+// an all-to-all's input (the compressed reductions of zero/wire_compress.cpp).
 struct OpCount {
   std::int64_t calls = 0;
   std::int64_t payload_bytes = 0;
 };
 // The ops the engine issues in one process group (it issues no barrier in a step).
 struct GroupOps {
-  OpCount all_reduce, reduce_scatter, all_gather, broadcast;
+  OpCount all_reduce, reduce_scatter, all_gather, broadcast, all_to_all;
   std::int64_t calls() const;
   std::int64_t payload_bytes() const;
 };

@@ -17,7 +17,8 @@ OpCount op_count(const comm::OpStats& o) {
 }
 GroupOps group_ops(const comm::Accounting& a) {
   return {op_count(a[comm::Op::all_reduce]), op_count(a[comm::Op::reduce_scatter]),
-          op_count(a[comm::Op::all_gather]), op_count(a[comm::Op::broadcast])};
+          op_count(a[comm::Op::all_gather]), op_count(a[comm::Op::broadcast]),
+          op_count(a[comm::Op::all_to_all])};
 }
 GroupedOps grouped_ops(const Engine::GroupAccounting& g) {
   return {group_ops(g.shard), group_ops(g.replicate), group_ops(g.secondary), group_ops(g.world)};
@@ -77,6 +78,7 @@ void add(GroupOps& into, const GroupOps& x, std::int64_t times) {
   one(into.reduce_scatter, x.reduce_scatter);
   one(into.all_gather, x.all_gather);
   one(into.broadcast, x.broadcast);
+  one(into.all_to_all, x.all_to_all);
 }
 void add(GroupedOps& into, const GroupedOps& x, std::int64_t times) {
   add(into.shard, x.shard, times);

@@ -223,7 +223,7 @@ struct PhaseCost {
   const Placements& at;
   const ClusterProfile& cluster;
   Algorithm algorithm;
-  OpTime* totals[4];  // all_reduce, reduce_scatter, all_gather, broadcast
+  OpTime* totals[5];  // all_reduce, reduce_scatter, all_gather, broadcast, all_to_all
   double operator()(const GroupedOps& ops) const {
     double t = 0;
     const std::pair<const GroupOps*, const GroupPlacement*> groups[] = {
@@ -236,8 +236,9 @@ struct PhaseCost {
           {comm::Op::all_reduce, &g->all_reduce},
           {comm::Op::reduce_scatter, &g->reduce_scatter},
           {comm::Op::all_gather, &g->all_gather},
-          {comm::Op::broadcast, &g->broadcast}};
-      for (int i = 0; i < 4; ++i) {
+          {comm::Op::broadcast, &g->broadcast},
+          {comm::Op::all_to_all, &g->all_to_all}};
+      for (int i = 0; i < 5; ++i) {
         const double s =
             collective_seconds(each[i].first, *each[i].second, *place, cluster, algorithm);
         totals[i]->calls += each[i].second->calls;
@@ -345,6 +346,7 @@ double bus_bandwidth(const ClusterProfile& c, const GroupPlacement& g) {
 double collective_seconds(comm::Op op, const OpCount& count, const GroupPlacement& g,
                           const ClusterProfile& c, Algorithm algorithm) {
   if (count.calls <= 0 || g.size <= 1) return 0;
+  if (op == comm::Op::all_to_all) return all_to_all_seconds(count, g, c);
   const double n = g.size, m = g.nodes, calls = static_cast<double>(count.calls);
   const double S = static_cast<double>(count.payload_bytes), B = bus_bandwidth(c, g);
   const bool all_reduce = op == comm::Op::all_reduce || op == comm::Op::barrier;
@@ -395,6 +397,17 @@ double offload_seconds(const Plan& plan, double compute, double optimizer) {
 
 }  // namespace
 
+double all_to_all_seconds(const OpCount& count, const GroupPlacement& g, const ClusterProfile& c) {
+  if (count.calls <= 0 || g.size <= 1) return 0;
+  const double n = g.size, S = static_cast<double>(count.payload_bytes);
+  const int k = (g.size + g.nodes - 1) / g.nodes;  // ranks on the busiest node
+  const double inside = (k - 1) / n * S / c.intra_bandwidth;
+  const double across =
+      g.nodes > 1 ? k * ((n - k) / n) * S / (c.inter_bandwidth / std::max(1, g.sharing)) : 0.0;
+  const double latency = g.nodes > 1 ? c.inter_latency : c.intra_latency;
+  return static_cast<double>(count.calls) * (c.call_latency + latency) + std::max(inside, across);
+}
+
 StepTime estimate_step(const Plan& plan, const PlanInput& in, const TimeInput& t) {
   const ClusterProfile& c = t.cluster;
   validate(c);
@@ -411,7 +424,10 @@ StepTime estimate_step(const Plan& plan, const PlanInput& in, const TimeInput& t
   const Placements at =
       place_groups(plan.ranks, plan.shard_size, plan.secondary_size, c.gpus_per_node);
   const PhaseCost cost{
-      at, c, t.algorithm, {&s.all_reduce, &s.reduce_scatter, &s.all_gather, &s.broadcast}};
+      at,
+      c,
+      t.algorithm,
+      {&s.all_reduce, &s.reduce_scatter, &s.all_gather, &s.broadcast, &s.all_to_all}};
   const Plan::Phases& ph = plan.phases;
   const double forward_comm = cost(ph.forward), gathers = cost(ph.backward_gathers),
                reductions = cost(ph.reductions), step_comm = cost(ph.step);
@@ -428,7 +444,8 @@ StepTime estimate_step(const Plan& plan, const PlanInput& in, const TimeInput& t
   };
   const double hide_forward = all_but_first(forward_comm, calls(ph.forward));
   const double hide_gathers = all_but_first(gathers, calls(ph.backward_gathers));
-  const std::int64_t buckets = std::max<std::int64_t>(1, ph.reductions.shard.reduce_scatter.calls);
+  const std::int64_t buckets = std::max<std::int64_t>(
+      1, ph.reductions.shard.reduce_scatter.calls + ph.reductions.shard.all_to_all.calls);
   const double hide_reductions = set.overlap ? reductions * (1 - 1.0 / buckets) : 0.0;
   s.exposed_forward = forward_comm - hide_forward + std::max(0.0, hide_forward - forward);
   s.exposed_backward = gathers + reductions - hide_gathers - hide_reductions +

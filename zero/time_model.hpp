@@ -103,9 +103,18 @@ double bus_bandwidth(const ClusterProfile& cluster, const GroupPlacement& group)
 // inter_latency and the rest are intra_latency (NCCL's tuning model); a tree
 // 2((k-1) intra + ceil(log2 m) inter) with k ranks per node. A group of one rank costs nothing.
 // Both terms are linear in the calls and the bytes, so many calls cost as one call of their
-// average size repeated; `best` picks the faster algorithm for that average call.
+// average size repeated; `best` picks the faster algorithm for that average call. An all-to-all
+// is all_to_all_seconds, whatever the algorithm.
 double collective_seconds(comm::Op op, const OpCount& count, const GroupPlacement& group,
                           const ClusterProfile& cluster, Algorithm algorithm = Algorithm::ring);
+
+// An all-to-all (the compressed reductions): no ring, every rank sends a block to every peer at
+// once, (n-1)/n of its buffer S in all. With k = ceil(n / m) ranks on the busiest node, the
+// (k-1)/n that stays inside the node goes at intra_bandwidth, and the busiest node's k ranks push
+// (n-k)/n each through its network, inter_bandwidth / sharing: the slower of the two, plus per
+// call call_latency and one step's latency (inter_latency when the group spans nodes).
+double all_to_all_seconds(const OpCount& count, const GroupPlacement& group,
+                          const ClusterProfile& cluster);
 
 // What estimate_step needs besides the plan.
 struct TimeInput {
@@ -127,7 +136,7 @@ struct OpTime {
 
 struct StepTime {
   int stage = 0;
-  OpTime all_reduce, reduce_scatter, all_gather, broadcast;
+  OpTime all_reduce, reduce_scatter, all_gather, broadcast, all_to_all;
   double comm = 0;  // every collective of the step, as if none overlapped
   double exposed_forward = 0, exposed_backward = 0, exposed_step = 0;
   double comm_exposed = 0;  // what the step waits for: the three above

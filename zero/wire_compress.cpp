@@ -2,10 +2,11 @@
 // qgZ), TopK with error feedback, and stage 3's int8 parameter gathers (ZeRO++'s qwZ). The math
 // per element is kernels/quant_math.hpp, the loops kernels/cpu/quant.hpp.
 //
-// Transport. The communicator has no all-to-all, so a compressed reduce-scatter all-gathers every
-// rank's encoded segments over the shard group and each owner decodes only the G segments meant
-// for it: each rank sends (G - 1) x G encoded segments where an all-to-all would send G - 1. The
-// volume is exact in the accounting and the planner; docs/compression.md says where it pays.
+// Transport. A compressed reduce-scatter is an all-to-all over the shard group: rank r encodes
+// its G segments, sends segment j to owner j only, and receives the G encodings of its own
+// segment, one from each rank: each rank sends G - 1 encoded segments, as a dense ring
+// reduce-scatter sends G - 1 dense ones. The volume is exact in the accounting and the planner;
+// docs/compression.md has the arithmetic.
 // Summation: the owner adds the G decoded segments in rank order 0..G-1 in fp32, starting from
 // zero, and rounds once to the reduced dtype. With hierarchical sharding the sum across the
 // replica groups is the dense all-reduce of that reduced block (fp32 or the training dtype).
@@ -69,15 +70,15 @@ class SegmentEncoding : public WireEncoding {
   }
   comm::Handle reduce_scatter(comm::Communicator& group, comm::ConstView in, comm::View out,
                               std::int64_t at) override {
-    const int G = group.size(), me = group.rank();
+    const int G = group.size();
     const auto n = static_cast<std::int64_t>(out.count);
     const std::int64_t P = payload_bytes(n);
     std::vector<Allocation> bufs;
-    bufs.push_back(ctx_.bucket_buffer(G * P, true));      // this rank's encoded segments
-    bufs.push_back(ctx_.bucket_buffer(G * G * P, true));  // every rank's
-    bufs.push_back(ctx_.bucket_buffer(4 * n, true));      // one segment in fp32
+    bufs.push_back(ctx_.bucket_buffer(G * P, true));  // this rank's encoded segments, by owner
+    bufs.push_back(ctx_.bucket_buffer(G * P, true));  // every rank's encoding of this rank's
+    bufs.push_back(ctx_.bucket_buffer(4 * n, true));  // one segment in fp32
     void* mine = bufs[0].data();
-    void* all = bufs[1].data();
+    void* got = bufs[1].data();
     auto* sum = static_cast<float*>(bufs[2].data());
     // The encoder's own scratch, held while it encodes (counted when only counting, too).
     Allocation work = work_bytes(n) > 0 ? ctx_.bucket_buffer(work_bytes(n), true) : Allocation();
@@ -89,13 +90,12 @@ class SegmentEncoding : public WireEncoding {
       }
     }
     ctx_.spares.keep(std::move(work));
-    comm::Handle h = group.all_gather_async(comm::ConstView(u8_view(mine, G * P, ctx_.mem())),
-                                            u8_view(all, G * G * P, ctx_.mem()));
-    auto decode = [this, all, sum, out, n, P, G, me] {
+    comm::Handle h = group.all_to_all_async(comm::ConstView(u8_view(mine, G * P, ctx_.mem())),
+                                            u8_view(got, G * P, ctx_.mem()));
+    auto decode = [this, got, sum, out, n, P, G] {
       std::span<float> acc(sum, static_cast<std::size_t>(n));
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int r = 0; r < G; ++r)
-        add(raw(all, (static_cast<std::int64_t>(r) * G + me) * P, P), acc);
+      for (int r = 0; r < G; ++r) add(raw(got, r * P, P), acc);  // rank order
       ctx_.backend->store_from_f32(out.data, out.dtype, sum, n);
     };
     return comm::Handle(

@@ -119,6 +119,27 @@ with tempfile.TemporaryDirectory() as tmp:
         traffic = {g: plan["traffic_per_step_bytes"][key] for g, key in GROUPS.items()}
         check(f"{name}: plan == measured traffic per group, to the byte",
               traffic == t["comm_bytes_by_group"], (traffic, t["comm_bytes_by_group"]))
+        if "--compress-grads" in flags:
+            # The reduction is an all-to-all in the shard group: each rank sends (G-1)/G of it.
+            G = int(flags[flags.index("--shard-size") + 1] if "--shard-size" in flags else flags[1])
+            a2a = plan["collectives_per_step"]["shard_group"]["all_to_all"]
+            sent, payload = t["comm_wire_bytes"]["all_to_all"], t["comm_bytes"]["all_to_all"]
+            check(f"{name}: the reduction is an all-to-all, as planned",
+                  a2a["calls"] > 0 and a2a["payload_bytes"] == payload, (a2a, payload))
+            check(f"{name}: each rank sends (G-1)/G of the all-to-all's payload",
+                  sent * G == (G - 1) * payload, (sent, payload, G))
+
+    # Over the all-to-all, int8 and int4 send less than the dense bf16 reduction at every rank
+    # count, and TopK 1% less still.
+    def shard_traffic(n, *flags):
+        r = zero("plan", "-n", str(n), "--preset", "gpt-nano", "--stage", "2", *flags, "--json", "-")
+        return json.loads(r.stdout)[0]["traffic_per_step_bytes"]["shard_group"] if r.returncode == 0 else None
+    for n in (2, 3, 4, 8):
+        t = {k: shard_traffic(n, *f) for k, f in
+             {"dense": [], "int8": ["--compress-grads", "int8"], "int4": ["--compress-grads", "int4"],
+              "topk": ["--compress-grads", "topk", "--topk-ratio", "0.01"]}.items()}
+        check(f"-n {n}: dense > int8 > int4 > TopK 1% on the wire", None not in t.values() and
+              t["dense"] > t["int8"] > t["int4"] > t["topk"], t)
 
     # DeepSpeed's ZeRO++ switches act: the plan and the weights change.
     def config(**zo):

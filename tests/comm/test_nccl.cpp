@@ -80,6 +80,26 @@ TEST_CASE("all_gather puts rank r's block at block r for every dtype") {
   }
 }
 
+TEST_CASE("all_to_all sends block j of rank r to block r of rank j for every dtype") {
+  auto comm = world();
+  const int N = comm->size(), r = comm->rank();
+  const std::size_t B = 29;
+  for (DType t :
+       {DType::f32, DType::bf16, DType::f16, DType::f64, DType::i32, DType::i64, DType::u8}) {
+    INFO(name_of(t));
+    Dev in(t, N * B), out(t, N * B);
+    in.put(input(t, r, N * B));
+    comm->reset_accounting();
+    comm->all_to_all(in.view(), out.view());
+    const auto got = out.get();
+    for (int p = 0; p < N; ++p)
+      for (std::size_t i = 0; i < B; ++i) REQUIRE(got[p * B + i] == value(t, p, r * B + i));
+    const Accounting a = comm->accounting();
+    CHECK(a[Op::all_to_all].payload_bytes == N * B * size_of(t));
+    CHECK(a[Op::all_to_all].wire_bytes == (N - 1) * B * size_of(t));
+  }
+}
+
 TEST_CASE("all_reduce reduces every element, also for counts that size() does not divide") {
   auto comm = world();
   const int N = comm->size(), r = comm->rank();

@@ -103,7 +103,8 @@ void compare(comm::Communicator& parent, const Case& c) {
         {comm::Op::all_reduce, &planned.all_reduce},
         {comm::Op::reduce_scatter, &planned.reduce_scatter},
         {comm::Op::all_gather, &planned.all_gather},
-        {comm::Op::broadcast, &planned.broadcast}};
+        {comm::Op::broadcast, &planned.broadcast},
+        {comm::Op::all_to_all, &planned.all_to_all}};
     for (const auto& [op, count] : ops) {
       INFO(group << " group, " << comm::name_of(op));
       CHECK(count->calls == static_cast<std::int64_t>(a[op].calls));

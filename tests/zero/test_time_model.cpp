@@ -82,6 +82,50 @@ TEST_CASE("Reduce-scatter and all-gather cost (n-1)/n of the whole buffer, broad
   CHECK(seconds(comm::Op::all_reduce, 0, 0, in_node(8)) == 0);
 }
 
+TEST_CASE("An all-to-all sends (n-1)/n of its buffer through the slowest link, a latency a call") {
+  // Inside a node: 7/8 of 1 GB at 100 GB/s, plus 10 us + one step of 1 us.
+  CHECK(seconds(comm::Op::all_to_all, 1, 1e9, in_node(8)) ==
+        Approx(11e-6 + 0.00875).epsilon(1e-12));
+  // 16 ranks on 2 nodes: each node's 8 ranks push 8/16 of 1 GB each through 50 GB/s (0.08 s),
+  // slower than the 7/16 inside the node (0.004375 s); one latency across nodes per call.
+  CHECK(seconds(comm::Op::all_to_all, 2, 1e9, {16, 2, 8, 1}) ==
+        Approx(2 * 15e-6 + 0.08).epsilon(1e-12));
+  // Two groups of its kind on a node share its network.
+  CHECK(seconds(comm::Op::all_to_all, 1, 1e9, {16, 2, 8, 2}) ==
+        Approx(15e-6 + 0.16).epsilon(1e-12));
+  // Whatever the algorithm asked for all-reduces; one rank or no call costs nothing.
+  CHECK(seconds(comm::Op::all_to_all, 1, 1e9, in_node(8), Algorithm::tree) ==
+        seconds(comm::Op::all_to_all, 1, 1e9, in_node(8)));
+  CHECK(seconds(comm::Op::all_to_all, 3, 1e9, in_node(1)) == 0);
+  CHECK(seconds(comm::Op::all_to_all, 0, 0, in_node(8)) == 0);
+}
+
+TEST_CASE("A compressed reduction is an all-to-all per bucket, and the step time counts it") {
+  PlanInput in = bare_model(1e8, 8, 2);
+  in.config.compression.gradients = GradCompression::int8;
+  const Plan p = plan_memory(in);
+  const GroupOps& r = p.phases.reductions.shard;
+  CHECK(r.all_to_all.calls >= 1);
+  CHECK(r.reduce_scatter.calls == 0);
+  CHECK(r.all_gather.calls == 0);
+  // Each bucket's input is the 8 owners' int8 segments with a scale per 2048 values: about Ψ.
+  CHECK(static_cast<double>(r.all_to_all.payload_bytes) ==
+        Approx(1e8 * (1 + 4.0 / 2048)).epsilon(0.01));
+  const StepTime s = estimate_step(p, in, time_on(paper_cluster(), 1e8, 1e6));
+  CHECK(s.all_to_all.calls == p.collectives.shard.all_to_all.calls);
+  CHECK(s.all_to_all.payload_bytes == p.collectives.shard.all_to_all.payload_bytes);
+  CHECK(s.all_to_all.seconds > 0);
+  // With overlap_comm every bucket's all-to-all but the last hides behind backward.
+  PlanInput ov = in;
+  ov.config.zero.overlap_comm = true;
+  ov.config.zero.reduce_bucket_size = 10'000'000;
+  const Plan q = plan_memory(ov);
+  const std::int64_t buckets = q.phases.reductions.shard.all_to_all.calls;
+  CHECK(buckets > 1);
+  const StepTime o = estimate_step(q, ov, time_on(paper_cluster(), 1e8, 1e6));
+  CHECK(o.exposed_backward == Approx(o.all_to_all.seconds / double(buckets)).epsilon(1e-9));
+}
+
 TEST_CASE(
     "A ring across nodes runs at the network's rate and pays inter-node latency per crossing") {
   // 16 ranks on 2 nodes: bus bandwidth min(100, 50 / 1) GB/s; 30 steps, 2 of them across nodes.
