@@ -70,32 +70,21 @@ def link_loads(per_node, nodes):
 
 
 def compare(a, n, tmp, prefix=None, extra=()):
-    """zero compare, --reps times with the stage order rotated (the first stage of a job runs on
-    colder caches); per stage the median of the runs' medians, the min and max of every step."""
-    runs = []
-    for rep in range(a.reps):
-        order = [0, 1, 2, 3][rep % 4:] + [0, 1, 2, 3][:rep % 4]
-        js = os.path.join(tmp, f"cmp{n}-{rep}{'-'.join(extra)}.json")
-        cmd = [a.zero, "compare", "--model", "gpt", "--preset", a.preset, "--data", a.data,
-               "--device", "cpu", "--global-batch", str(a.global_batch), "--steps", str(a.steps),
-               "--warmup", str(a.warmup), "--stages", ",".join(map(str, order)), "--json", js,
-               *extra]
-        cmd = prefix + cmd if prefix else cmd + ["-n", str(n)]
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env())
-        if r.returncode != 0:
-            sys.exit(f"zero compare failed:\n{r.stdout}\n{r.stderr}")
-        with open(js) as f:
-            runs.append(json.load(f))
-    merged = runs[0]
-    by_stage = {s["stage"]: s for s in merged["stages"]}
-    for st, s in by_stage.items():
-        all_runs = [next(x for x in r["stages"] if x["stage"] == st) for r in runs]
-        s["median_seconds"] = statistics.median(x["median_seconds"] for x in all_runs)
-        s["min_seconds"] = min(x["min_seconds"] for x in all_runs)
-        s["max_seconds"] = max(x["max_seconds"] for x in all_runs)
-        for k in s["split"]:
-            s["split"][k] = statistics.median(x["split"][k] for x in all_runs)
-    merged["stages"] = [by_stage[k] for k in sorted(by_stage)]
+    """zero compare with --repeats runs of each stage in rotating rounds: per stage the median of
+    every measured step, its min and max, and the mean split."""
+    js = os.path.join(tmp, f"cmp{n}{'-'.join(extra)}.json")
+    cmd = [a.zero, "compare", "--model", "gpt", "--preset", a.preset, "--data", a.data,
+           "--device", "cpu", "--global-batch", str(a.global_batch), "--steps", str(a.steps),
+           "--warmup", str(a.warmup), "--repeats", str(a.reps), "--json", js, *extra]
+    cmd = prefix + cmd if prefix else cmd + ["-n", str(n)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env())
+    if r.returncode != 0:
+        sys.exit(f"zero compare failed:\n{r.stdout}\n{r.stderr}")
+    with open(js) as f:
+        merged = json.load(f)
+    for s in merged["stages"]:
+        s["median_seconds"] = statistics.median(s["step_seconds"])
+    merged["stages"].sort(key=lambda s: s["stage"])
     return merged
 
 
@@ -170,7 +159,7 @@ def main():
     p.add_argument("--global-batch", type=int, default=12)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--reps", type=int, default=3, help="zero compare --repeats")
     p.add_argument("--data", default=None)
     p.add_argument("--emulated", default=None, help="a tbf rate (e.g. 1gbit): two emulated nodes")
     p.add_argument("--json", default=None)
