@@ -19,8 +19,9 @@ Stage 0 is the calibration (its predicted/measured is 1 by construction); stages
 predictions: their different traffic, overlap and optimizer shards.
 
 Two emulated nodes (scripts/emulated-cluster, root): --emulated RATE runs the same across the
-two namespaces at 4 ranks (2 a node), the inter-node bandwidth measured by the sweep across them
-(`--shard-size 2` adds the hierarchical run).
+two namespaces at 4 ranks (2 a node), the inter-node link measured by the sweep across them
+(its bus bandwidth times the 4/3 ring-loads a flat group of direct exchange puts on the link)
+and predicted with `--algorithm direct` (`--shard-size 2` adds the hierarchical run).
 
   python3 bench/predict.py [--zero build/cli/zero] [--ranks 2,3,4] [--preset gpt-nano]
       [--global-batch 12] [--steps 12] [--warmup 3] [--reps 3] [--data FILE] [--json out.json]
@@ -62,40 +63,37 @@ def sweep(a, n, prefix=None):
     return 1.0 / slope, max(0.0, my - slope * mx)
 
 
+def link_loads(per_node, nodes):
+    """Ring-loads one group of direct exchange puts on a node's link (zero/time_model.hpp)."""
+    k, m = per_node, nodes
+    return k * k * (m - 1) / (k * m - 1) if m > 1 else 0.0
+
+
 def compare(a, n, tmp, prefix=None, extra=()):
-    """zero compare, --reps times with the stage order rotated (the first stage of a job runs on
-    colder caches); per stage the median of the runs' medians, the min and max of every step."""
-    runs = []
-    for rep in range(a.reps):
-        order = [0, 1, 2, 3][rep % 4:] + [0, 1, 2, 3][:rep % 4]
-        js = os.path.join(tmp, f"cmp{n}-{rep}{'-'.join(extra)}.json")
-        cmd = [a.zero, "compare", "--model", "gpt", "--preset", a.preset, "--data", a.data,
-               "--device", "cpu", "--global-batch", str(a.global_batch), "--steps", str(a.steps),
-               "--warmup", str(a.warmup), "--stages", ",".join(map(str, order)), "--json", js,
-               *extra]
-        cmd = prefix + cmd if prefix else cmd + ["-n", str(n)]
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env())
-        if r.returncode != 0:
-            sys.exit(f"zero compare failed:\n{r.stdout}\n{r.stderr}")
-        with open(js) as f:
-            runs.append(json.load(f))
-    merged = runs[0]
-    by_stage = {s["stage"]: s for s in merged["stages"]}
-    for st, s in by_stage.items():
-        all_runs = [next(x for x in r["stages"] if x["stage"] == st) for r in runs]
-        s["median_seconds"] = statistics.median(x["median_seconds"] for x in all_runs)
-        s["min_seconds"] = min(x["min_seconds"] for x in all_runs)
-        s["max_seconds"] = max(x["max_seconds"] for x in all_runs)
-        for k in s["split"]:
-            s["split"][k] = statistics.median(x["split"][k] for x in all_runs)
-    merged["stages"] = [by_stage[k] for k in sorted(by_stage)]
+    """zero compare with --repeats runs of each stage in rotating rounds: per stage the median of
+    every measured step, its min and max, and the mean split."""
+    js = os.path.join(tmp, f"cmp{n}{'-'.join(extra)}.json")
+    cmd = [a.zero, "compare", "--model", "gpt", "--preset", a.preset, "--data", a.data,
+           "--device", "cpu", "--global-batch", str(a.global_batch), "--steps", str(a.steps),
+           "--warmup", str(a.warmup), "--repeats", str(a.reps), "--json", js, *extra]
+    cmd = prefix + cmd if prefix else cmd + ["-n", str(n)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env())
+    if r.returncode != 0:
+        sys.exit(f"zero compare failed:\n{r.stdout}\n{r.stderr}")
+    with open(js) as f:
+        merged = json.load(f)
+    for s in merged["stages"]:
+        s["median_seconds"] = statistics.median(s["step_seconds"])
+    merged["stages"].sort(key=lambda s: s["stage"])
     return merged
 
 
 def plan(a, n, profile, tmp, extra=()):
     js = os.path.join(tmp, f"plan{n}.json")
+    # zero's MPI transport: every rank sends each peer its block (docs/time.md, "Which link").
     cmd = [a.zero, "plan", "--preset", a.preset, "-n", str(n), "--micro-batch",
-           str(a.global_batch // n), "--cluster-file", profile, "--json", js, *extra]
+           str(a.global_batch // n), "--cluster-file", profile, "--algorithm", "direct",
+           "--json", js, *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env())
     if r.returncode != 0:
         sys.exit(f"zero plan failed:\n{r.stdout}\n{r.stderr}")
@@ -161,7 +159,7 @@ def main():
     p.add_argument("--global-batch", type=int, default=12)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--reps", type=int, default=3, help="zero compare --repeats")
     p.add_argument("--data", default=None)
     p.add_argument("--emulated", default=None, help="a tbf rate (e.g. 1gbit): two emulated nodes")
     p.add_argument("--json", default=None)
@@ -187,11 +185,16 @@ def main():
         intra, _ = sweep(a, 2)
         for rate in a.emulated.split(","):
             subprocess.run([ec, "shape", "--rate", rate], check=True, capture_output=True)
-            inter, lat = sweep(a, 4, run)
+            bus, lat = sweep(a, 4, run)
+            # The sweep's flat group sends from both ranks of a node across: with direct
+            # exchange k^2 (m-1) / (km-1) = 4/3 ring-loads on the link (zero/time_model.hpp,
+            # link_loads), so the link itself runs 4/3 faster than the bus bandwidth read.
+            inter = bus * link_loads(2, 2)
             node = ("--ranks-per-node", "2")
             flat = compare(a, 4, tmp, run)
             prof, cal = calibrate(a, 4, flat, intra, lat, tmp, nodes=2, inter=inter, extra=node)
-            print(f"  {rate}: across the nodes {inter / 1e9:.3f} GB/s bus, call {lat * 1e6:.0f} us; "
+            print(f"  {rate}: across the nodes {bus / 1e9:.3f} GB/s bus, the link {inter / 1e9:.3f} "
+                  f"GB/s, call {lat * 1e6:.0f} us; "
                   f"in a node {intra / 1e9:.2f} GB/s; compute efficiency "
                   f"{cal['compute_efficiency']:.3f}")
             report(f"2 nodes {rate} flat", 4, plan(a, 4, prof, tmp, node), flat, rows)

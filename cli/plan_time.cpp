@@ -54,17 +54,18 @@ Algorithm parse_algorithm(const std::string& s) {
   if (s == "ring") return Algorithm::ring;
   if (s == "tree") return Algorithm::tree;
   if (s == "best") return Algorithm::best;
-  throw Error(cat("--algorithm: expected ring, tree or best, got '", s, "'"));
+  if (s == "direct") return Algorithm::direct;
+  throw Error(cat("--algorithm: expected ring, tree, best or direct, got '", s, "'"));
 }
 
-std::string placement_text(const GroupPlacement& g, const ClusterProfile& c) {
+std::string placement_text(const GroupPlacement& g, const ClusterProfile& c, Algorithm a) {
   const std::string where =
       g.nodes == 1 ? "in a node"
                    : cat("on ", g.nodes, " nodes, ", g.per_node, " per node",
                          g.sharing > 1 ? cat(", ", g.sharing, " groups sharing a node's network")
                                        : std::string());
   return cat(g.size, g.size == 1 ? " rank " : " ranks ", where, ": ",
-             rate_text(bus_bandwidth(c, g)));
+             rate_text(bus_bandwidth(c, g, a == Algorithm::direct ? a : Algorithm::ring)));
 }
 
 }  // namespace
@@ -87,7 +88,8 @@ void add_time_options(boost::program_options::options_description& options, Time
        "with --params: tokens of one optimizer step, all ranks together (1M); a GPT's are "
        "ranks x --micro-batch x --accum x --seq-len")
       ("algorithm", val(&f.algorithm, "A"),
-       "all-reduce algorithm of the time model: ring, tree or best (default, as NCCL picks)");
+       "collective algorithm of the time model: ring, tree or best (all-reduce; default, as NCCL "
+       "picks), or direct (zero's MPI transport on CPU ranks: every rank sends each peer its block)");
   // clang-format on
 }
 
@@ -177,7 +179,8 @@ std::string describe_times(const std::vector<Plan>& plans, const std::vector<Ste
   std::snprintf(flops, sizeof flops, "%.3g FLOP (%s x params x tokens)", t.flops_per_step,
                 t.backward_share > 0.7 ? "8" : "6");
   o << flops << "; compute at " << c.compute_efficiency * 100 << "% of " << c.peak_flops / 1e12
-    << " TFLOP/s; all-reduce: " << name_of(t.algorithm) << '\n';
+    << " TFLOP/s; " << (t.algorithm == Algorithm::direct ? "collectives: " : "all-reduce: ")
+    << name_of(t.algorithm) << '\n';
   // The links each group with traffic runs on.
   const char* group_names[] = {"shard group", "across shard groups", "hpZ group", "all ranks"};
   for (int g = 0; g < 4; ++g)
@@ -187,7 +190,8 @@ std::string describe_times(const std::vector<Plan>& plans, const std::vector<Ste
       if (ops[g]->calls() == 0 || (g == 3 && p.shard_size == p.ranks)) continue;
       const Placements at = place_groups(p.ranks, p.shard_size, p.secondary_size, c.gpus_per_node);
       const GroupPlacement* where[] = {&at.shard, &at.replicate, &at.secondary, &at.world};
-      o << "  " << group_names[g] << ": " << placement_text(*where[g], c) << " bus bandwidth\n";
+      o << "  " << group_names[g] << ": " << placement_text(*where[g], c, t.algorithm)
+        << " bus bandwidth\n";
       break;
     }
   o << '\n';

@@ -333,13 +333,23 @@ std::string_view name_of(Algorithm a) {
       return "tree";
     case Algorithm::best:
       return "best of ring and tree";
+    case Algorithm::direct:
+      return "direct exchange (zero's MPI transport)";
   }
   return "?";
 }
 
-double bus_bandwidth(const ClusterProfile& c, const GroupPlacement& g) {
+double link_loads(const GroupPlacement& g, Algorithm algorithm) {
+  if (g.nodes <= 1) return 0;
+  const double groups = std::max(1, g.sharing);
+  if (algorithm != Algorithm::direct) return groups;
+  const double k = g.per_node, m = g.nodes;
+  return groups * k * k * (m - 1) / (k * m - 1);
+}
+
+double bus_bandwidth(const ClusterProfile& c, const GroupPlacement& g, Algorithm algorithm) {
   if (g.nodes <= 1) return c.intra_bandwidth;
-  const double share = c.inter_bandwidth / std::max(1, g.sharing);
+  const double share = c.inter_bandwidth / link_loads(g, algorithm);
   return g.per_node > 1 ? std::min(c.intra_bandwidth, share) : share;
 }
 
@@ -348,8 +358,11 @@ double collective_seconds(comm::Op op, const OpCount& count, const GroupPlacemen
   if (count.calls <= 0 || g.size <= 1) return 0;
   if (op == comm::Op::all_to_all) return all_to_all_seconds(count, g, c);
   const double n = g.size, m = g.nodes, calls = static_cast<double>(count.calls);
-  const double S = static_cast<double>(count.payload_bytes), B = bus_bandwidth(c, g);
   const bool all_reduce = op == comm::Op::all_reduce || op == comm::Op::barrier;
+  // zero's broadcast is a chain: a ring's load whatever the transport.
+  const bool direct = algorithm == Algorithm::direct && op != comm::Op::broadcast;
+  const double S = static_cast<double>(count.payload_bytes),
+               B = bus_bandwidth(c, g, direct ? Algorithm::direct : Algorithm::ring);
   // Ring: the steps and the share of the payload each rank sends (nccl-tests' busbw factor).
   const double steps = all_reduce ? 2 * (n - 1) : n - 1;
   const double inter_steps = all_reduce ? 2 * (m - 1) : m - 1;
@@ -357,7 +370,7 @@ double collective_seconds(comm::Op op, const OpCount& count, const GroupPlacemen
   const double ring = calls * (c.call_latency + (steps - inter_steps) * c.intra_latency +
                                inter_steps * c.inter_latency) +
                       factor * S / B;
-  if (!all_reduce || algorithm == Algorithm::ring) return ring;
+  if (!all_reduce || algorithm == Algorithm::ring || algorithm == Algorithm::direct) return ring;
   const double tree = calls * (c.call_latency + 2 * ((g.per_node - 1) * c.intra_latency +
                                                      ceil_log2(g.nodes) * c.inter_latency)) +
                       2 * S / B;

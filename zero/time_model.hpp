@@ -79,17 +79,31 @@ enum class Algorithm : std::uint8_t {
   ring,  // every op
   tree,  // all-reduce only (NCCL's double binary tree); the other ops stay rings
   best,  // the faster of the two for each all-reduce, as NCCL's tuner picks
+  // zero's MPI transport (comm/reduce_scatter.hpp, all_gather.hpp): every rank sends each peer
+  // its block at once, the all-reduce is the two in turn, the broadcast a chain. A rank sends what
+  // a ring rank sends, but k ranks on a node all send across: more of it leaves the node.
+  direct,
 };
 std::string_view name_of(Algorithm a);
 
+// How many ring-loads of bytes cross one node's network while each of a kind's groups runs one
+// collective (a ring-load: the (n-1)/n S a ring's one edge out of the node carries, per
+// reduce-scatter of S). A ring enters and leaves each node once per channel and NCCL runs a
+// channel per NIC, so one ring group is one load, and the `sharing` groups of its kind with ranks
+// on a node, running at the same time, are `sharing` loads. With direct exchange each of the k
+// ranks a group has on a node sends (n-k)/n S across, k(n-k)/n S in all for n = k m ranks on m
+// nodes: k^2 (m-1) / (k m - 1) loads per group (4/3 for 2 nodes of 2; 1 for one rank a node).
+// A group inside one node puts none on the network (0).
+double link_loads(const GroupPlacement& group, Algorithm algorithm);
+
 // The bus bandwidth a group's collectives run at (B/s). Inside one node: intra_bandwidth. Across
-// nodes, the rule: a ring enters and leaves each node once per channel and NCCL runs a channel
-// per NIC, so one group alone gets its nodes' whole inter_bandwidth, and the `sharing` groups of
-// its kind on a node split it (the replicate groups of hierarchical sharding: with shard groups
-// of one node, gpus_per_node of them, each 1/gpus_per_node of the network). The bus bandwidth is
-// then min(intra_bandwidth, inter_bandwidth / sharing); a group of one rank per node has no
-// intra-node hop and gets its share alone.
-double bus_bandwidth(const ClusterProfile& cluster, const GroupPlacement& group);
+// nodes, the node's inter_bandwidth split among the loads that cross it at once (link_loads:
+// the replicate groups of hierarchical sharding, with shard groups of one node, are
+// gpus_per_node groups, each 1/gpus_per_node of the network). The bus bandwidth is then
+// min(intra_bandwidth, inter_bandwidth / loads); a group of one rank per node has no intra-node
+// hop and gets its share alone.
+double bus_bandwidth(const ClusterProfile& cluster, const GroupPlacement& group,
+                     Algorithm algorithm = Algorithm::ring);
 
 // Seconds for `count.calls` collectives of op `op` moving `count.payload_bytes` in all, in one
 // group (nccl-tests' definitions, S the payload of one call, n = group.size, B = bus_bandwidth):
@@ -103,8 +117,10 @@ double bus_bandwidth(const ClusterProfile& cluster, const GroupPlacement& group)
 // inter_latency and the rest are intra_latency (NCCL's tuning model); a tree
 // 2((k-1) intra + ceil(log2 m) inter) with k ranks per node. A group of one rank costs nothing.
 // Both terms are linear in the calls and the bytes, so many calls cost as one call of their
-// average size repeated; `best` picks the faster algorithm for that average call. An all-to-all
-// is all_to_all_seconds, whatever the algorithm.
+// average size repeated; `best` picks the faster algorithm for that average call. `direct` costs
+// every op but the broadcast as the ring does, its bytes at bus_bandwidth(.., direct) and its
+// latency the ring's (a rank's n-1 messages leave at once; the fitted call_latency holds them).
+// An all-to-all is all_to_all_seconds, whatever the algorithm.
 double collective_seconds(comm::Op op, const OpCount& count, const GroupPlacement& group,
                           const ClusterProfile& cluster, Algorithm algorithm = Algorithm::ring);
 

@@ -179,6 +179,50 @@ TEST_CASE("Shard groups of a node stay inside it and their replicate groups shar
   CHECK_THROWS_WITH(place_groups(64, 6, 1, 8), Contains("must divide the ranks"));
 }
 
+TEST_CASE("Direct exchange loads a node's link by every rank it sends from, shared by all groups") {
+  // Two nodes of 2 ranks, a 25 MB/s link each way (200 Mb/s): zero's MPI transport. Flat, ranks
+  // 0 and 1 each send a quarter of a reduce-scatter's S to ranks 2 and 3: S leaves the node,
+  // S / R, where a ring's one edge out carries 3/4 S. Hierarchical (shard groups of a node), the
+  // two replicate groups {0, 2} and {1, 3} all-reduce their S / 2 at once: each rank sends S / 2,
+  // both of a node's ranks together S, again S / R.
+  ClusterProfile c = paper_cluster();
+  c.gpus_per_node = 2;
+  c.inter_bandwidth = 25e6;
+  c.intra_latency = c.inter_latency = c.call_latency = 0;
+  const Placements flat = place_groups(4, 4, 1, 2), hier = place_groups(4, 2, 1, 2);
+  CHECK(link_loads(flat.shard, Algorithm::ring) == 1);
+  CHECK(link_loads(flat.shard, Algorithm::direct) == Approx(4.0 / 3).epsilon(1e-12));
+  CHECK(link_loads(hier.replicate, Algorithm::direct) == 2);  // the two groups share the link
+  CHECK(link_loads(hier.shard, Algorithm::direct) == 0);      // inside a node
+  const double S = 1e8;
+  auto cost = [&](comm::Op op, double bytes, const GroupPlacement& g, Algorithm a) {
+    return collective_seconds(op, {1, static_cast<std::int64_t>(bytes)}, g, c, a);
+  };
+  CHECK(cost(comm::Op::reduce_scatter, S, flat.shard, Algorithm::direct) ==
+        Approx(S / 25e6).epsilon(1e-12));
+  CHECK(cost(comm::Op::all_reduce, S / 2, hier.replicate, Algorithm::direct) ==
+        Approx(S / 25e6).epsilon(1e-12));
+  // A calibration reads the flat reduce-scatter's time as a bus bandwidth ((n-1)/n S / t) and
+  // turns it into the node's link with the loads; the hierarchical step it then predicts is the
+  // measured one. Read as a ring (one load), the link comes out at 3/4 of its rate and the
+  // hierarchical all-reduce 4/3 of its time.
+  const double measured = S / 25e6, busbw = 0.75 * S / measured;
+  ClusterProfile calibrated = c;
+  calibrated.inter_bandwidth = busbw * link_loads(flat.shard, Algorithm::direct);
+  CHECK(collective_seconds(comm::Op::all_reduce, {1, static_cast<std::int64_t>(S / 2)},
+                           hier.replicate, calibrated, Algorithm::direct) ==
+        Approx(measured).epsilon(1e-9));
+  calibrated.inter_bandwidth = busbw * link_loads(flat.shard, Algorithm::ring);
+  CHECK(collective_seconds(comm::Op::all_reduce, {1, static_cast<std::int64_t>(S / 2)},
+                           hier.replicate, calibrated, Algorithm::ring) ==
+        Approx(measured * 4 / 3).epsilon(1e-9));
+  // One rank a node: direct exchange and the ring load the link alike; the broadcast is a chain.
+  const GroupPlacement spread{4, 4, 1, 1};
+  CHECK(link_loads(spread, Algorithm::direct) == 1);
+  CHECK(cost(comm::Op::broadcast, S, flat.shard, Algorithm::direct) ==
+        cost(comm::Op::broadcast, S, flat.shard, Algorithm::ring));
+}
+
 TEST_CASE("The planner itemises one step's collectives by group, op and engine call") {
   PlanInput in = bare_model(1e9, 8, 3);
   in.config.communication_data_type = DType::bf16;

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Compressed reductions on two emulated nodes (scripts/emulated-cluster: 4 ranks, 2 a node, a
+tbf-shaped link between them): per link rate and stage, each setting's measured step time, its
+bytes by group and the time model's prediction (`zero plan --cluster-file`), predicted/measured.
+
+Settings: dense fp32, dense bf16 reduction, qgZ int8 and int4, TopK 1% with and without error
+feedback, and at stage 3 qwZ and qwZ+qgZ+hpZ (docs/compression.md). Each is `zero train --json`
+across the two nodes; the measured step is the median of its steps after --warmup.
+
+The profile is bench/predict.py's: in a node the link of a 2-rank sweep on this machine; across
+the nodes the link read from a 4-rank sweep across them (times the 4/3 ring-loads of direct
+exchange); the compute efficiency and the optimizer's bandwidth from dense fp32's measured split
+at the same stage (that row's predicted/measured is therefore near 1 by construction; the
+others are predictions). Encoding and decoding (quantising, TopK selection) are compute the
+model does not count; their share shows as predicted/measured below 1.
+
+  scripts/emulated-cluster up
+  python3 bench/compression_cluster.py [--rates 1gbit,200mbit] [--stages 2,3] [--steps 10]
+      [--warmup 3] [--reps 1] [--only dense-fp32,qgZ-int4] [--json out.json]
+"""
+import argparse, json, os, statistics, subprocess, sys, tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import predict  # noqa: E402  (the sweep, the profile and the plan)
+
+SETTINGS = [  # name, stages, flags
+    ("dense-fp32", (2, 3), []),
+    ("dense-bf16", (2, 3), ["--reduce-dtype", "bf16"]),
+    ("qgZ-int8", (2, 3), ["--compress-grads", "int8"]),
+    ("qgZ-int4", (2, 3), ["--compress-grads", "int4"]),
+    ("topk-1%-ef", (2, 3), ["--compress-grads", "topk", "--topk-ratio", "0.01",
+                            "--error-feedback", "on"]),
+    ("topk-1%-noef", (2, 3), ["--compress-grads", "topk", "--topk-ratio", "0.01",
+                              "--error-feedback", "off"]),
+    ("qwZ", (3,), ["--compress-weights", "int8"]),
+    ("qwZ+qgZ+hpZ", (3,), ["--compress-weights", "int8", "--compress-grads", "int4",
+                           "--hpz", "2"]),
+]
+NODE = ("--ranks-per-node", "2")
+
+
+def train(a, stage, flags, tmp, tag):
+    """zero train across the two nodes: (median step seconds, its --json)."""
+    js = os.path.join(tmp, f"train-{tag}.json")
+    cmd = [os.path.join(ROOT, "scripts", "emulated-cluster"), "run", a.zero, "train",
+           "--model", "gpt", "--preset", a.preset, "--data", a.data, "--device", "cpu",
+           "--global-batch", str(a.global_batch), "--steps", str(a.warmup + a.steps),
+           "--stage", str(stage), "--log-every", "1000", "--json", js, *flags]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=predict.env())
+    if r.returncode != 0:
+        sys.exit(f"zero train failed ({' '.join(cmd)}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    with open(js) as f:
+        j = json.load(f)
+    steps = [h["seconds"] for h in j["history"] if h["step"] > a.warmup]
+    return statistics.median(steps), j
+
+
+def measured_split(j):
+    """zero compare's shape of one measured run, for predict.calibrate."""
+    return {"peak_flops": j.get("peak_flops", 0.0),
+            "stages": [{"stage": 0, "median_seconds": j["median"],
+                        "split": {"optimizer": j["step_time"]["optimizer"]}}]}
+
+
+def calibrate(a, stage, dense, intra, inter, lat, tmp):
+    """predict.calibrate's profile, fitted on dense fp32's run at `stage`."""
+    saved = predict.plan
+
+    def at_stage(a_, n, profile, tmp_, extra=()):  # predict.calibrate reads the entry "0"
+        p = saved(a_, n, profile, tmp_, tuple(extra) + ("--stage", str(stage)))
+        return {0: p[stage]}
+
+    predict.plan = at_stage
+    try:
+        return predict.calibrate(a, 4, measured_split(dense), intra, lat, tmp, nodes=2,
+                                 inter=inter, extra=NODE)
+    finally:
+        predict.plan = saved
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--zero", default=os.path.join(ROOT, "build/cli/zero"))
+    p.add_argument("--comm-bench", default=os.path.join(ROOT, "build/bench/comm_bench"))
+    p.add_argument("--preset", default="gpt-nano")
+    p.add_argument("--data", default="/work/main/data/jargon_train.bin")
+    p.add_argument("--global-batch", type=int, default=12)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--reps", type=int, default=1, help="runs per setting; the median is kept")
+    p.add_argument("--rates", default="1gbit,200mbit")
+    p.add_argument("--stages", default="2,3")
+    p.add_argument("--only", default=None, help="comma-separated setting names")
+    p.add_argument("--json", default=None)
+    a = p.parse_args()
+    tmp = tempfile.mkdtemp(prefix="zero-ccluster-")
+    ec = os.path.join(ROOT, "scripts", "emulated-cluster")
+    chosen = [s for s in SETTINGS if not a.only or s[0] in a.only.split(",") or
+              s[0] == "dense-fp32"]
+    intra, _ = predict.sweep(a, 2)
+    rows = []
+    print(f"compressed steps on 2 emulated nodes: {a.preset}, 4 ranks (2 a node), global batch "
+          f"{a.global_batch}, median of {a.steps} steps after {a.warmup}, {a.reps} run(s)")
+    for rate in a.rates.split(","):
+        subprocess.run([ec, "shape", "--rate", rate], check=True, capture_output=True)
+        bus, lat = predict.sweep(a, 4, [ec, "run"])
+        inter = bus * predict.link_loads(2, 2)
+        print(f"{rate}: the link {inter / 1e9:.4f} GB/s (bus {bus / 1e9:.4f}), call "
+              f"{lat * 1e6:.0f} us; in a node {intra / 1e9:.2f} GB/s", flush=True)
+        print("| link | stage | setting | measured | predicted | pred/meas | shard B/step | "
+              "replicate | hpZ | wire B/step |\n|---|---|---|---|---|---|---|---|---|---|")
+        for stage in [int(s) for s in a.stages.split(",")]:
+            profile = None
+            for name, stages, flags in chosen:
+                if stage not in stages:
+                    continue
+                runs = [train(a, stage, flags, tmp, f"{rate}-{stage}-{name}-{r}")
+                        for r in range(a.reps)]
+                runs.sort(key=lambda x: x[0])
+                secs, j = runs[len(runs) // 2]
+                j["median"] = secs
+                if profile is None:  # dense fp32 comes first: the calibration
+                    profile, cal = calibrate(a, stage, j, intra, inter, lat, tmp)
+                plan = predict.plan(a, 4, profile, tmp, NODE + ("--stage", str(stage), *flags))
+                pred = plan[stage]["time"]["step_seconds"]
+                g = j["comm_bytes_by_group"]
+                wire = sum(j["comm_wire_bytes"].values())
+                row = {"rate": rate, "stage": stage, "setting": name, "measured": secs,
+                       "predicted": pred, "ratio": pred / secs, "bytes_by_group": g,
+                       "wire_bytes": wire, "all_measured": [x[0] for x in runs],
+                       "final_loss": j["final_loss"]}
+                rows.append(row)
+                print(f"| {rate} | {stage} | {name} | {1e3 * secs:.0f} ms | {1e3 * pred:.0f} ms | "
+                      f"{pred / secs:.2f} | {g['shard']:,} | {g['replicate']:,} | "
+                      f"{g['secondary']:,} | {wire:,} |", flush=True)
+    worst = max(abs(r["ratio"] - 1) for r in rows)
+    print(f"worst |predicted/measured - 1| = {worst:.2f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
