@@ -100,6 +100,7 @@ std::string_view name_of(OptimizerType t) {
     case OptimizerType::adamw: return "AdamW";
     case OptimizerType::lamb: return "Lamb";
     case OptimizerType::lion: return "Lion";
+    case OptimizerType::muon: return "Muon";
   }
   return "AdamW";
 }
@@ -178,6 +179,20 @@ void write_pretty(std::string& out, const json::value& v, int indent) {
 
 }  // namespace
 
+namespace {
+void write_muon_params(const OptimizerConfig& o, json::object& op) {
+  op["muon_lr"] = o.muon_lr;
+  op["momentum"] = o.momentum;
+  op["nesterov"] = o.nesterov;
+  op["adjust_lr_fn"] = o.match_rms_adamw ? "match_rms_adamw" : "original";
+  if (!o.muon_params.empty()) {
+    json::array globs;
+    for (const std::string& g : o.muon_params) globs.emplace_back(g);
+    op["muon_params"] = std::move(globs);
+  }
+}
+}  // namespace
+
 std::string to_json(const Config& c) {
   json::object root;
   root["train_micro_batch_size_per_gpu"] = c.train_micro_batch_size_per_gpu;
@@ -198,6 +213,7 @@ std::string to_json(const Config& c) {
   if (o.type == OptimizerType::adam) op["adam_w_mode"] = false;
   if (!o.bias_correction && o.type != OptimizerType::lion) op["bias_correction"] = false;
   if (o.type == OptimizerType::lamb) op["max_coeff"] = o.max_coeff, op["min_coeff"] = o.min_coeff;
+  if (o.type == OptimizerType::muon) write_muon_params(o, op);
   root["optimizer"] = json::object{{"type", name_of(o.type)}, {"params", std::move(op)}};
 
   if (!c.param_groups.empty()) {

@@ -34,8 +34,8 @@ std::int64_t count_params(const std::vector<UnitSpec>& units);
 std::vector<UnitSpec> uniform_units(std::int64_t params, int units);
 
 // The optimizer's state: Adam/AdamW and LAMB keep m and v, SGD and Lion one momentum buffer.
-enum class PlanOptimizer { adam, sgd_momentum, lamb, lion };
-int state_buffers(PlanOptimizer o);               // 2 or 1
+enum class PlanOptimizer { adam, sgd_momentum, lamb, lion, muon };
+int state_buffers(PlanOptimizer o);               // 2 or 1 (Muon: m, and v for AdamW's)
 PlanOptimizer plan_optimizer_of(OptimizerType t);  // the one Config::optimizer names
 
 // What the planner needs: the model as units and activation bytes (models/gpt_shape.hpp gives
