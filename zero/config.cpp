@@ -2,6 +2,7 @@
 // checks that need the world size (see config.hpp; parsing is in config_read.cpp, every key is in
 // docs/config.md).
 #include "zero/config.hpp"
+#include "zero/muon_config.hpp"
 
 #include <sys/stat.h>
 #include <fstream>
@@ -177,20 +178,6 @@ void write_pretty(std::string& out, const json::value& v, int indent) {
   }
 }
 
-}  // namespace
-
-namespace {
-void write_muon_params(const OptimizerConfig& o, json::object& op) {
-  op["muon_lr"] = o.muon_lr;
-  op["momentum"] = o.momentum;
-  op["nesterov"] = o.nesterov;
-  op["adjust_lr_fn"] = o.match_rms_adamw ? "match_rms_adamw" : "original";
-  if (!o.muon_params.empty()) {
-    json::array globs;
-    for (const std::string& g : o.muon_params) globs.emplace_back(g);
-    op["muon_params"] = std::move(globs);
-  }
-}
 }  // namespace
 
 std::string to_json(const Config& c) {

@@ -19,6 +19,7 @@
 #include "base/error.hpp"
 #include "zero/compression_read.hpp"
 #include "zero/json_reader.hpp"
+#include "zero/muon_config.hpp"
 
 namespace zero {
 namespace {
@@ -85,30 +86,6 @@ std::vector<std::string_view> optimizer_params(OptimizerType t) {
               "adjust_lr_fn", "muon_params"};
     default:
       return {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "bias_correction", "amsgrad"};
-  }
-}
-
-// Muon's own params (docs/optimizers.md); read only for type Muon (optimizer_params).
-void read_muon_params(const ObjectReader& p, OptimizerConfig& o) {
-  p.number("muon_lr", o.muon_lr, Num::nonneg_float);
-  p.number("momentum", o.momentum, Num::unit_open);
-  p.flag("nesterov", o.nesterov);
-  if (const json::value* f = p.get("adjust_lr_fn")) {
-    const std::string path = p.path_of("adjust_lr_fn");
-    constexpr std::string_view what = "\"original\" or \"match_rms_adamw\"";
-    if (!f->is_string() || (f->get_string() != "original" && f->get_string() != "match_rms_adamw"))
-      fail_expected(path, what, *f);
-    o.match_rms_adamw = f->get_string() == "match_rms_adamw";
-  }
-  if (const json::value* g = p.get("muon_params")) {
-    const std::string path = p.path_of("muon_params");
-    constexpr std::string_view what = "an array of parameter-name globs";
-    if (!g->is_array()) fail_expected(path, what, *g);
-    o.muon_params.clear();
-    for (const json::value& x : g->get_array()) {
-      if (!x.is_string() || x.get_string().empty()) fail_expected(path, what, *g);
-      o.muon_params.emplace_back(x.get_string());
-    }
   }
 }
 

@@ -45,17 +45,18 @@ std::vector<std::string> muon_params(const std::vector<UnitSpec>& units, const O
   return out;
 }
 
-std::vector<double> muon_flops_by_rank(const Layout& layout, bool sharded) {
-  std::vector<double> flops(static_cast<std::size_t>(layout.shard_ranks()), 0.0);
-  for (const ParamLayout& p : layout.params) {
-    if (p.owner < 0) continue;
-    const double f = kernels::muon_ns_flops(p.shape[0], p.shape[1]);
-    if (sharded)
-      flops[static_cast<std::size_t>(p.owner)] += f;
-    else
-      for (double& x : flops) x += f;
-  }
-  return flops;
+void add_newton_schulz_flops(const Layout& layout, int u, std::vector<double>& by_owner) {
+  const UnitLayout& U = layout.units[static_cast<std::size_t>(u)];
+  for (int q = U.first_param; q < U.first_param + U.param_count; ++q)
+    if (const ParamLayout& p = layout.params[static_cast<std::size_t>(q)]; p.owner >= 0)
+      by_owner[static_cast<std::size_t>(p.owner)] += kernels::muon_ns_flops(p.shape[0], p.shape[1]);
+}
+
+std::pair<double, double> newton_schulz_load(const std::vector<double>& by_owner, bool replicated) {
+  double total = 0, most = 0;
+  for (double f : by_owner) total += f, most = std::max(most, f);
+  if (replicated || by_owner.empty()) return {total, total};
+  return {most, total / static_cast<double>(by_owner.size())};
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "zero/config.hpp"
@@ -22,9 +23,11 @@ namespace zero {
 // norms, which are not 2-D). Throws zero::Error naming the glob or param otherwise.
 std::vector<std::string> muon_params(const std::vector<UnitSpec>& units, const OptimizerConfig& o);
 
-// Newton-Schulz FLOPs of one step on each rank of `layout` (the owner of each whole param does
-// its matrix; replicated state, stage 0, does every matrix on every rank).
-std::vector<double> muon_flops_by_rank(const Layout& layout, bool sharded);
+// Adds unit u's Newton-Schulz FLOPs to its matrices' owners' (by_owner: one per shard rank).
+void add_newton_schulz_flops(const Layout& layout, int u, std::vector<double>& by_owner);
+// The busiest and the mean rank's Newton-Schulz FLOPs, from each owner's (`replicated`, stage 0:
+// every rank does every matrix).
+std::pair<double, double> newton_schulz_load(const std::vector<double>& by_owner, bool replicated);
 
 // Muon over the matrices of `layout` each rank owns and AdamW over the rest of its regions;
 // `groups` gives each param's group (param_groups_of).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <stdexcept>
 
 #include "base/error.hpp"
@@ -116,6 +117,7 @@ struct UnitSizes {
 };
 struct Sizes {
   std::vector<UnitSizes> units;
+  std::vector<double> ns_flops;  // Muon's Newton-Schulz FLOPs by owner (shard rank)
   std::int64_t numel = 0, padded_numel = 0, shard_numel = 0;
 };
 
@@ -131,9 +133,7 @@ Sizes lay_out(const std::vector<UnitSpec>& units, const LayoutOptions& lo) {
     key.reserve(units[u].params.size());
     for (const auto& p : units[u].params) {
       key.push_back(p.shape);
-      if (std::find(lo.whole_params.begin(), lo.whole_params.end(), p.name) !=
-          lo.whole_params.end())
-        key.back().push_back(-1);  // owned whole (Muon): laid out otherwise
+      if (std::ranges::count(lo.whole_params, p.name)) key.back().push_back(-1);  // owned whole
     }
     auto [it, fresh] = index.emplace(std::move(key), static_cast<int>(distinct.size()));
     if (fresh) distinct.push_back(units[u]);
@@ -142,8 +142,10 @@ Sizes lay_out(const std::vector<UnitSpec>& units, const LayoutOptions& lo) {
   const Layout L = make_layout(distinct, lo);
   Sizes out;
   out.units.reserve(units.size());
+  out.ns_flops.assign(static_cast<std::size_t>(lo.shard_ranks), 0.0);
   for (int d : which) {
     const UnitLayout& U = L.units[static_cast<std::size_t>(d)];
+    add_newton_schulz_flops(L, d, out.ns_flops);
     out.units.push_back({U.numel, U.padded_numel, U.shard_numel, U.persistent});
     if (__builtin_add_overflow(out.numel, U.numel, &out.numel) ||
         __builtin_add_overflow(out.padded_numel, U.padded_numel, &out.padded_numel))
@@ -399,6 +401,8 @@ Plan plan_header(const Settings& set, const Sizes& L) {
   plan.padded_numel = L.padded_numel;
   plan.settings = set;
   plan.prefetches = prefetches_any(L, set);
+  std::tie(plan.newton_schulz_flops_max, plan.newton_schulz_flops_mean) =
+      newton_schulz_load(L.ns_flops, !set.policy.shard_optimizer);
   return plan;
 }
 

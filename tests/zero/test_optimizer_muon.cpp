@@ -12,6 +12,7 @@
 // every rank count and accumulation reduces exactly the reference's gradient.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "tests/zero/fixtures/optimizer_reference.hpp"
+#include "kernels/muon_math.hpp"
 #include "tests/zero/shared_temp_dir.hpp"
 #include "zero/zero.hpp"
 
@@ -193,6 +195,41 @@ TEST_CASE("The planner equals the ledger for every optimizer, Muon's layout and 
       CHECK(p.device.model_states() == m.model_states());
       CHECK(p.peak_total == m.peak_total);
     }
+}
+
+TEST_CASE("The time model counts Newton-Schulz on the busiest owner and the imbalance") {
+  auto w = comm::make_mpi_communicator();
+  auto own = w->split(0, w->rank());
+  for (int stage : {0, 1, 3}) {
+    CAPTURE(stage, w->size());
+    const Config c = config_for(stage, 1);
+    auto e = make_engine(*own, c);  // its layout: the owners
+    std::vector<double> by_rank(static_cast<std::size_t>(own->size()), 0.0);
+    double total = 0;
+    for (const ParamLayout& p : e->layout().params)
+      if (p.owner >= 0) {
+        const double f = kernels::muon_ns_flops(p.shape[0], p.shape[1]);
+        by_rank[static_cast<std::size_t>(p.owner)] += f;
+        total += f;
+      }
+    PlanInput in = plan_input_from_config(c, own->size());
+    in.units = units();
+    in.device = false;
+    in.align_elements = 4;
+    const Plan p = plan_memory(in);
+    const double most = stage == 0 ? total : *std::max_element(by_rank.begin(), by_rank.end());
+    CHECK(p.newton_schulz_flops_max == most);
+    CHECK(p.newton_schulz_flops_mean == Approx(stage == 0 ? total : total / own->size()));
+    TimeInput t;
+    t.cluster = *builtin_cluster("h100-sxm");
+    const StepTime s = estimate_step(p, in, t);
+    CHECK(s.newton_schulz == Approx(most / (t.cluster.peak_flops * t.cluster.compute_efficiency)));
+    CHECK(s.newton_schulz_imbalance == Approx(most / p.newton_schulz_flops_mean));
+    CHECK(s.optimizer >= s.newton_schulz);
+    in.optimizer = PlanOptimizer::adam;
+    in.config.optimizer.type = OptimizerType::adamw;
+    CHECK(plan_memory(in).newton_schulz_flops_max == 0);
+  }
 }
 
 TEST_CASE("A Muon checkpoint resumes bitwise and refuses another optimizer") {
