@@ -45,18 +45,19 @@ std::vector<std::string> muon_params(const std::vector<UnitSpec>& units, const O
   return out;
 }
 
-void add_newton_schulz_flops(const Layout& layout, int u, std::vector<double>& by_owner) {
+void add_newton_schulz_flops(const Layout& layout, int u, std::map<int, double>& by_owner) {
   const UnitLayout& U = layout.units[static_cast<std::size_t>(u)];
   for (int q = U.first_param; q < U.first_param + U.param_count; ++q)
     if (const ParamLayout& p = layout.params[static_cast<std::size_t>(q)]; p.owner >= 0)
-      by_owner[static_cast<std::size_t>(p.owner)] += kernels::muon_ns_flops(p.shape[0], p.shape[1]);
+      by_owner[p.owner] += kernels::muon_ns_flops(p.shape[0], p.shape[1]);
 }
 
-std::pair<double, double> newton_schulz_load(const std::vector<double>& by_owner, bool replicated) {
+std::pair<double, double> newton_schulz_load(const std::map<int, double>& by_owner, int ranks,
+                                             bool replicated) {
   double total = 0, most = 0;
-  for (double f : by_owner) total += f, most = std::max(most, f);
-  if (replicated || by_owner.empty()) return {total, total};
-  return {most, total / static_cast<double>(by_owner.size())};
+  for (const auto& [owner, f] : by_owner) total += f, most = std::max(most, f);
+  if (replicated) return {total, total};
+  return {most, total / static_cast<double>(std::max(1, ranks))};
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -24,10 +25,11 @@ namespace zero {
 std::vector<std::string> muon_params(const std::vector<UnitSpec>& units, const OptimizerConfig& o);
 
 // Adds unit u's Newton-Schulz FLOPs to its matrices' owners' (by_owner: one per shard rank).
-void add_newton_schulz_flops(const Layout& layout, int u, std::vector<double>& by_owner);
+void add_newton_schulz_flops(const Layout& layout, int u, std::map<int, double>& by_owner);
 // The busiest and the mean rank's Newton-Schulz FLOPs, from each owner's (`replicated`, stage 0:
 // every rank does every matrix).
-std::pair<double, double> newton_schulz_load(const std::vector<double>& by_owner, bool replicated);
+std::pair<double, double> newton_schulz_load(const std::map<int, double>& by_owner, int ranks,
+                                             bool replicated);
 
 // Muon over the matrices of `layout` each rank owns and AdamW over the rest of its regions;
 // `groups` gives each param's group (param_groups_of).

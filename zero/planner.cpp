@@ -117,7 +117,7 @@ struct UnitSizes {
 };
 struct Sizes {
   std::vector<UnitSizes> units;
-  std::vector<double> ns_flops;  // Muon's Newton-Schulz FLOPs by owner (shard rank)
+  std::map<int, double> ns_flops;  // Muon's Newton-Schulz FLOPs by owner (shard rank)
   std::int64_t numel = 0, padded_numel = 0, shard_numel = 0;
 };
 
@@ -142,7 +142,6 @@ Sizes lay_out(const std::vector<UnitSpec>& units, const LayoutOptions& lo) {
   const Layout L = make_layout(distinct, lo);
   Sizes out;
   out.units.reserve(units.size());
-  out.ns_flops.assign(static_cast<std::size_t>(lo.shard_ranks), 0.0);
   for (int d : which) {
     const UnitLayout& U = L.units[static_cast<std::size_t>(d)];
     add_newton_schulz_flops(L, d, out.ns_flops);
@@ -402,7 +401,7 @@ Plan plan_header(const Settings& set, const Sizes& L) {
   plan.settings = set;
   plan.prefetches = prefetches_any(L, set);
   std::tie(plan.newton_schulz_flops_max, plan.newton_schulz_flops_mean) =
-      newton_schulz_load(L.ns_flops, !set.policy.shard_optimizer);
+      newton_schulz_load(L.ns_flops, set.shard_size, !set.policy.shard_optimizer);
   return plan;
 }
 
