@@ -205,7 +205,7 @@ boost::json::object to_json(const Plan& p, const PlanInput& in, std::optional<st
       {"shard_size", p.shard_size},
       {"precision", std::string(name_of(p.settings.precision))},
       {"reduce_dtype", std::string(name_of(p.settings.reduce_dtype))},
-      {"optimizer", std::array{"adam", "sgd", "lamb", "lion"}[static_cast<int>(in.optimizer)]},
+      {"optimizer", std::array{"adam", "sgd", "lamb", "lion", "muon"}[static_cast<int>(in.optimizer)]},
       {"offload", p.settings.offload ? "cpu" : "none"},
       {"params_bytes", p.device.params},
       {"grads_bytes", p.device.grads},

@@ -39,7 +39,10 @@ void list_presets() {
 PlanOptimizer parse_optimizer(const std::string& s) {
   if (s == "adam" || s == "adamw") return PlanOptimizer::adam;
   if (s == "sgd") return PlanOptimizer::sgd_momentum;
-  throw Error(cat("--optimizer: expected adam, adamw or sgd, got '", s, "'"));
+  if (s == "lamb") return PlanOptimizer::lamb;
+  if (s == "lion") return PlanOptimizer::lion;
+  if (s == "muon") return PlanOptimizer::muon;
+  throw Error(cat("--optimizer: expected adam, adamw, lamb, lion, muon or sgd, got '", s, "'"));
 }
 
 void add_plan_options(po::options_description& opts, PlanFlags& f) {
@@ -81,7 +84,7 @@ void add_plan_options(po::options_description& opts, PlanFlags& f) {
   add_device_option(run, f.device);
   run.add_options()
       ("ranks-per-node", val(&f.per_node, "R"), "ranks on one node (default min(N, 8))")
-      ("optimizer", val(&f.optimizer, "O"), "adam or adamw (default: m and v), sgd (one momentum)")
+      ("optimizer", val(&f.optimizer, "O"), "adam or adamw (default: m and v), lamb (m, v), lion (one momentum), muon (momentum; m, v for AdamW's params), sgd (one momentum)")
       ("offload", val(&f.offload, "WHERE"), "optimizer offload: none (default) or cpu (stages 1-3)");
   // The settings as every command defines them (cli/settings_flags.hpp).
   po::options_description settings("settings (as zero train's)", kWidth);

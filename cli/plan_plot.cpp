@@ -14,7 +14,7 @@ const char* const kStageNames[4] = {"stage 0 (DDP)", "stage 1 (P_os)", "stage 2 
                                        "stage 3 (P_os+g+p)"};
 
 std::string optimizer_name(PlanOptimizer o) {
-  const char* names[] = {"Adam", "SGD+momentum", "LAMB", "Lion"};
+  const char* names[] = {"Adam", "SGD+momentum", "LAMB", "Lion", "Muon"};
   return names[static_cast<int>(o)];
 }
 

@@ -102,6 +102,9 @@ void add_train_options(boost::program_options::options_description& opts, Flags&
   add_settings_options(opts, f.settings);
   opts.add_options()
       ("lr", po::value(&f.lr), "learning rate (overrides the config)")
+      ("optimizer", po::value(&f.optimizer), "adamw, lion, lamb or muon (overrides the config's "
+       "type; muon: Muon on the blocks' 2-D weights, AdamW on the rest, docs/optimizers.md)")
+      ("muon-lr", po::value(&f.muon_lr), "Muon's lr for its matrices (default 0.02), scheduled as --lr")
       ("clip", po::value(&f.clip), "gradient clipping max norm, 0 = off (overrides the config)")
       ("threads", po::value(&f.threads),
        "threads of each rank's CPU math (default: the config's threads, else OMP_NUM_THREADS, "
@@ -188,6 +191,10 @@ void check_flags(const Flags& f, const boost::program_options::variables_map& vm
   check_batch_flags(vm, f.global_batch, f.micro_batch, f.accum);
   check_settings_flags(vm, f.settings, vm.count("ranks") ? f.ranks : 0);
   if (vm.count("lr")) require_finite_nonneg("--lr", f.lr);
+  if (vm.count("muon-lr")) require_finite_nonneg("--muon-lr", f.muon_lr);
+  if (vm.count("optimizer") && f.optimizer != "adamw" && f.optimizer != "lion" &&
+      f.optimizer != "lamb" && f.optimizer != "muon")
+    throw Error(cat("--optimizer: expected adamw, lion, lamb or muon, got '", f.optimizer, "'"));
   if (vm.count("clip")) require_finite_nonneg("--clip", f.clip);
   if (vm.count("threads") && (f.threads < 1 || f.threads > 1024))
     throw Error(cat("--threads must be from 1 to 1024, got ", f.threads));
@@ -288,6 +295,12 @@ Run resolve_run(const Flags& f, const boost::program_options::variables_map& vm,
       config, {.lr = 3e-3, .clip = 1.0, .precision = Precision::bf16, .total_steps = f.steps});
   if (vm.count("stage")) config.zero.stage = parse_stage_flag(f.stage, false).front();
   if (vm.count("lr")) config.optimizer.lr = f.lr;
+  if (vm.count("optimizer"))
+    config.optimizer.type = f.optimizer == "lion"   ? OptimizerType::lion
+                            : f.optimizer == "lamb" ? OptimizerType::lamb
+                            : f.optimizer == "muon" ? OptimizerType::muon
+                                                    : OptimizerType::adamw;
+  if (vm.count("muon-lr")) config.optimizer.muon_lr = f.muon_lr;
   if (vm.count("clip")) config.gradient_clipping = f.clip;
   if (vm.count("timeout")) config.comm_timeout_seconds = f.timeout;
   apply_compress_flags(vm, config);

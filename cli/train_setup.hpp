@@ -29,6 +29,8 @@ struct Flags {
   int threads = 0;  // --threads; 0: not given
   int layers = 4, width = 512;
   double lr = 0, clip = 0, timeout = 600;
+  std::string optimizer;  // --optimizer: adamw, lion, lamb or muon; empty: the config's
+  double muon_lr = 0;     // --muon-lr
   CheckpointFlags ckpt;  // --save, --save-every, --keep, --save-sync, --resume
   std::string init;      // --init FILE.safetensors: the initial weights
 };

@@ -15,6 +15,7 @@
 #include "kernels/adamw_math.hpp"
 #include "kernels/lamb_math.hpp"
 #include "kernels/lion_math.hpp"
+#include "kernels/muon_math.hpp"
 #include "precision/dtype.hpp"
 #include "zero/ledger.hpp"
 
@@ -88,8 +89,14 @@ class Backend {
   virtual void lamb_apply(float* p, float* m, float* v, const float* g, std::int64_t n,
                           float rate, const kernels::LambStep& step, void* out, DType out_dtype,
                           int slot) = 0;
+  // Muon (kernels/muon_math.hpp) on one whole rows x cols matrix: the momentum, Newton-Schulz in
+  // fp32, the update; `scratch` holds kernels::muon_scratch_floats(rows, cols) floats. As
+  // lion() otherwise.
+  virtual void muon(float* p, float* m, const float* g, std::int64_t rows, std::int64_t cols,
+                    const kernels::MuonStep& step, float* scratch, void* out, DType out_dtype,
+                    int slot) = 0;
   // Blocks once and returns slots 0..count-1: each the first element of that slot's adamw()
-  // (lion(), lamb_apply()) calls whose update was non-finite, or -1; then resets every slot to -1.
+  // (lion(), lamb_apply(), muon()) calls whose update was non-finite, or -1; then resets every slot to -1.
   virtual std::vector<std::int64_t> fetch_nonfinite(int count) = 0;
 
   // Host waits for everything queued.

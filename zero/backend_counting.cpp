@@ -71,6 +71,8 @@ class CountingBackend final : public Backend {
                       const kernels::LambStep&, float*) override {}
   void lamb_apply(float*, float*, float*, const float*, std::int64_t, float,
                   const kernels::LambStep&, void*, DType, int) override {}
+  void muon(float*, float*, const float*, std::int64_t, std::int64_t, const kernels::MuonStep&,
+            float*, void*, DType, int) override {}
   std::vector<std::int64_t> fetch_nonfinite(int count) override {
     return std::vector<std::int64_t>(static_cast<std::size_t>(count), -1);
   }

@@ -193,6 +193,25 @@ class CpuBackend : public Backend {
     }
     note_bad(slot, bad);
   }
+  void muon(float* p, float* m, const float* g, std::int64_t rows, std::int64_t cols,
+            const kernels::MuonStep& st, float* scratch, void* out, DType out_dtype,
+            int slot) override {
+    const auto k = static_cast<std::size_t>(rows * cols);
+    std::span<float> pp(p, k), mm(m, k);
+    std::span<const float> gg(g, k);
+    std::span<float> sc(scratch, static_cast<std::size_t>(kernels::muon_scratch_floats(rows, cols)));
+    std::int64_t bad = -1;
+    switch (out_dtype) {
+      case DType::bf16: bad = kernels::cpu::muon_step(pp, mm, gg, rows, cols, st, sc, std::span(static_cast<bf16*>(out), k)); break;
+      case DType::f16: bad = kernels::cpu::muon_step(pp, mm, gg, rows, cols, st, sc, std::span(static_cast<fp16*>(out), k)); break;
+      case DType::f32:
+        bad = kernels::cpu::muon_step(pp, mm, gg, rows, cols, st, sc);
+        copy(out, p, k * sizeof(float));
+        break;
+      default: throw Error(cat("cannot write parameters as ", name_of(out_dtype)));
+    }
+    note_bad(slot, bad);
+  }
   std::vector<std::int64_t> fetch_nonfinite(int count) override {
     std::vector<std::int64_t> out(static_cast<std::size_t>(count), -1);
     for (std::size_t i = 0; i < out.size() && i < first_bad_.size(); ++i) out[i] = first_bad_[i];

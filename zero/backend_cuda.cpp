@@ -217,6 +217,14 @@ class CudaBackend final : public Backend {
       default: throw Error(cat("cannot write parameters as ", name_of(out_dtype)));
     }
   }
+  // Newton-Schulz has no CUDA kernel yet: Muon's state runs on the host (optimizer offload).
+  void muon(float*, float*, const float*, std::int64_t, std::int64_t, const kernels::MuonStep&,
+            float*, void*, DType, int) override {
+    throw Error(
+        "Muon's Newton-Schulz runs on the CPU kernels only: on a GPU run set "
+        "zero_optimization.offload_optimizer.device to \"cpu\" (its state and update then run "
+        "on the host)");
+  }
   void lion(float* p, float* m, const float* g, std::int64_t n, const kernels::LionStep& st,
             void* out, DType out_dtype, int slot) override {
     const auto k = static_cast<std::size_t>(n);

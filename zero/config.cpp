@@ -2,6 +2,7 @@
 // checks that need the world size (see config.hpp; parsing is in config_read.cpp, every key is in
 // docs/config.md).
 #include "zero/config.hpp"
+#include "zero/muon_config.hpp"
 
 #include <sys/stat.h>
 #include <fstream>
@@ -100,6 +101,7 @@ std::string_view name_of(OptimizerType t) {
     case OptimizerType::adamw: return "AdamW";
     case OptimizerType::lamb: return "Lamb";
     case OptimizerType::lion: return "Lion";
+    case OptimizerType::muon: return "Muon";
   }
   return "AdamW";
 }
@@ -198,6 +200,7 @@ std::string to_json(const Config& c) {
   if (o.type == OptimizerType::adam) op["adam_w_mode"] = false;
   if (!o.bias_correction && o.type != OptimizerType::lion) op["bias_correction"] = false;
   if (o.type == OptimizerType::lamb) op["max_coeff"] = o.max_coeff, op["min_coeff"] = o.min_coeff;
+  if (o.type == OptimizerType::muon) write_muon_params(o, op);
   root["optimizer"] = json::object{{"type", name_of(o.type)}, {"params", std::move(op)}};
 
   if (!c.param_groups.empty()) {

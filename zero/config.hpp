@@ -33,7 +33,7 @@ enum class Precision { bf16, fp16, fp32 };
 // (torch.optim.AdamW). DeepSpeed's "Adam" means adamw unless params.adam_w_mode is false.
 // lamb: DeepSpeed's FusedLamb (Adam's direction scaled per parameter by a trust ratio). lion:
 // the sign of an interpolated momentum (DeepSpeed's FusedLion). docs/optimizers.md has each.
-enum class OptimizerType { adam, adamw, lamb, lion };
+enum class OptimizerType { adam, adamw, lamb, lion, muon };
 
 // constant: no scheduler block. The others are DeepSpeed's WarmupLR, WarmupDecayLR, WarmupCosineLR.
 enum class ScheduleType { constant, warmup, warmup_linear_decay, warmup_cosine };
@@ -56,6 +56,14 @@ struct OptimizerConfig {
   bool bias_correction = true;                // params.bias_correction: divide m, v by 1 - beta^t
   double max_coeff = 10.0;                    // LAMB: the trust ratio's upper clamp (FusedLamb's)
   double min_coeff = 0.01;                    // LAMB: its lower clamp; <= max_coeff
+  // Muon (docs/optimizers.md): the matrices it updates take muon_lr (scheduled as lr is), the
+  // rest AdamW with lr, betas, eps. muon_params: globs of the params it updates (each 2-D);
+  // empty: every 2-D param whose name names no embedding or head.
+  double muon_lr = 0.02;                      // Keller Jordan's MuonWithAuxAdam default
+  double momentum = 0.95;                     // the EMA momentum's decay, in [0, 1)
+  bool nesterov = true;
+  bool match_rms_adamw = false;  // adjust_lr_fn: Moonshot's 0.2 sqrt(max(m, n)), else max(1, m/n)^0.5
+  std::vector<std::string> muon_params;
   friend bool operator==(const OptimizerConfig&, const OptimizerConfig&) = default;
 };
 

@@ -19,6 +19,7 @@
 #include "base/error.hpp"
 #include "zero/compression_read.hpp"
 #include "zero/json_reader.hpp"
+#include "zero/muon_config.hpp"
 
 namespace zero {
 namespace {
@@ -69,7 +70,6 @@ constexpr std::pair<std::string_view, std::string_view> kLackedOptimizers[] = {
     {"onebitlamb", "the 1-bit LAMB optimizer"},
     {"zerooneadam", "the 0/1 Adam optimizer"},
     {"adagrad", "the Adagrad optimizer"},
-    {"muon", "the Muon optimizer"},
     {"adam_8bit", "the 8-bit Adam optimizer"}};
 
 // The params each optimizer type takes: the constructor arguments of DeepSpeed's class for it
@@ -81,6 +81,9 @@ std::vector<std::string_view> optimizer_params(OptimizerType t) {
               "eps_inside_sqrt", "amsgrad"};
     case OptimizerType::lion:
       return {"lr", "betas", "weight_decay"};
+    case OptimizerType::muon:
+      return {"lr", "betas", "eps", "weight_decay", "muon_lr", "momentum", "nesterov",
+              "adjust_lr_fn", "muon_params"};
     default:
       return {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "bias_correction", "amsgrad"};
   }
@@ -119,6 +122,7 @@ void read_optimizer_params(const ObjectReader& top, const json::value& pv, bool 
   if (o.min_coeff > o.max_coeff)
     fail(p.path_of("min_coeff"), cat(o.min_coeff, " is above max_coeff ", o.max_coeff,
                                      "; the trust ratio is clamped to [min_coeff, max_coeff]"));
+  read_muon_params(p, o);
   bool on = false;
   if (p.flag("amsgrad", on) && on) top.log().lacks(p.path_of("amsgrad"), "AMSGrad");
   on = false;
@@ -146,9 +150,11 @@ void read_optimizer(const ObjectReader& top, OptimizerConfig& o) {
                 {{"Adam", OptimizerType::adam},
                  {"AdamW", OptimizerType::adamw},
                  {"Lamb", OptimizerType::lamb},
-                 {"Lion", OptimizerType::lion}},
+                 {"Lion", OptimizerType::lion},
+                 {"Muon", OptimizerType::muon}},
                 true))
-    fail(s.path_of("type"), "missing; expected \"Adam\", \"AdamW\", \"Lamb\" or \"Lion\"");
+    fail(s.path_of("type"),
+         "missing; expected \"Adam\", \"AdamW\", \"Lamb\", \"Lion\" or \"Muon\"");
   const bool is_adamw_name = type == OptimizerType::adamw;
   o.type = type;
   bool adam_w_mode = true;  // DeepSpeed's ADAM_W_MODE_DEFAULT

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "base/fnv.hpp"
+#include "zero/muon.hpp"
 #include "zero/optimizer.hpp"
 
 namespace zero {
@@ -132,6 +133,7 @@ EngineContext::EngineContext(const Config& c, comm::Communicator& w, std::vector
   if (!options.log)
     options.log = [](const std::string& line) { std::cerr << line << '\n'; };
   for (const std::string& note : settings.notes) log("warning: " + note);  // once, rank 0
+  settings.layout.whole_params = muon_params(specs, config.optimizer);  // Muon's owned matrices
   layout = make_layout(specs, settings.layout);
   warn_if_nothing_sharded();
   check_same_layout(*this);

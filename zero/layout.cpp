@@ -6,6 +6,7 @@
 #include <sstream>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "base/error.hpp"
 
@@ -111,6 +112,38 @@ std::vector<Bucket> plan_buckets(std::vector<UnitLayout>& units, std::int64_t li
   return buckets;
 }
 
+// Offsets of one unit's params with `whole` ones never cut at a multiple of `shard`, the end of
+// the last, or -1 when they do not fit in `ranks` shards of `shard` elements.
+std::int64_t place_whole(const std::vector<std::int64_t>& numel, const std::vector<bool>& whole,
+                         std::int64_t shard, int ranks, std::int64_t align,
+                         std::vector<std::int64_t>& offsets) {
+  std::int64_t end = 0;
+  for (std::size_t i = 0; i < numel.size(); ++i) {
+    std::int64_t at = (end + align - 1) / align * align;
+    if (whole[i] && at / shard != (at + numel[i] - 1) / shard) at = (at / shard + 1) * shard;
+    offsets[i] = at;
+    end = at + numel[i];
+    if (end > shard * ranks) return -1;
+  }
+  return end;
+}
+
+// The smallest shard size of a unit with whole params (make_layout's rule) and its offsets.
+std::int64_t whole_shard_size(const std::vector<std::int64_t>& numel,
+                              const std::vector<bool>& whole, int ranks, std::int64_t align,
+                              std::vector<std::int64_t>& offsets) {
+  std::int64_t total = 0, largest = 0;
+  for (std::size_t i = 0; i < numel.size(); ++i) {
+    total += (numel[i] + align - 1) / align * align;
+    if (whole[i]) largest = std::max(largest, numel[i]);
+  }
+  std::int64_t shard = std::max((total + ranks - 1) / ranks, largest);
+  shard = (shard + align - 1) / align * align;
+  offsets.assign(numel.size(), 0);
+  while (place_whole(numel, whole, shard, ranks, align, offsets) < 0) shard += align;
+  return shard;
+}
+
 }  // namespace
 
 Range UnitLayout::shard_range(int rank) const {
@@ -143,6 +176,37 @@ std::optional<int> Layout::param_index(std::string_view name) const {
   return std::nullopt;
 }
 
+namespace {
+
+// A unit laid out by the padding rule, redone by the whole-params rule (make_layout) when it
+// holds any whole param and is sharded over N > 1 ranks; every whole param gets its owner.
+void place_unit_whole(Layout& layout, UnitLayout& unit,
+                      const std::unordered_set<std::string_view>& whole_names) {
+  const int ranks = layout.options.shard_ranks;
+  std::vector<std::int64_t> numel, offsets;
+  std::vector<bool> whole;
+  for (int p = unit.first_param; p < unit.first_param + unit.param_count; ++p) {
+    numel.push_back(layout.params[static_cast<std::size_t>(p)].numel);
+    whole.push_back(whole_names.contains(layout.params[static_cast<std::size_t>(p)].name));
+  }
+  if (std::find(whole.begin(), whole.end(), true) == whole.end()) return;
+  std::int64_t shard = unit.padded_numel / ranks;
+  if (ranks > 1) {
+    shard = whole_shard_size(numel, whole, ranks, layout.options.align_elements, offsets);
+    unit.padded_numel = shard * ranks;
+  }
+  for (std::size_t i = 0; i < numel.size(); ++i) {
+    ParamLayout& pl = layout.params[static_cast<std::size_t>(unit.first_param) + i];
+    if (ranks > 1) {
+      pl.offset = offsets[i];
+      pl.global_offset = unit.offset + pl.offset;
+    }
+    if (whole[i]) pl.owner = static_cast<int>(pl.offset / shard);
+  }
+}
+
+}  // namespace
+
 Layout make_layout(const std::vector<UnitSpec>& specs, const LayoutOptions& options) {
   validate_options(options);
   if (specs.empty()) throw Error("no units registered: a layout needs at least one parameter");
@@ -154,6 +218,8 @@ Layout make_layout(const std::vector<UnitSpec>& specs, const LayoutOptions& opti
   Layout layout;
   layout.options = options;
   std::unordered_map<std::string_view, int> unit_of_name;  // param name -> unit, for duplicates
+  const std::unordered_set<std::string_view> whole_names(options.whole_params.begin(),
+                                                         options.whole_params.end());
   std::size_t tensors = 0;
   for (const UnitSpec& spec : specs) tensors += spec.params.size();
   unit_of_name.reserve(tensors);
@@ -197,6 +263,7 @@ Layout make_layout(const std::vector<UnitSpec>& specs, const LayoutOptions& opti
     }
 
     unit.padded_numel = round_up(end, unit_multiple, unit_what);
+    if (!whole_names.empty()) place_unit_whole(layout, unit, whole_names);
     unit.shard_numel = unit.padded_numel / options.shard_ranks;
     unit.shard_offset = unit.offset / options.shard_ranks;  // every unit offset divides by N
     unit.persistent = unit.numel < options.persistence_threshold;

@@ -33,6 +33,9 @@ struct LayoutOptions {
       kDefaultAlignElements;               // every param start and shard size is a multiple
   std::int64_t persistence_threshold = 0;  // units with fewer unpadded elements stay gathered
   std::int64_t bucket_elements = kDefaultBucketElements;  // reduce bucket limit, padded elements
+  // Params each owned whole by one rank (Muon's matrices, zero/muon.hpp): no shard boundary
+  // cuts them. Empty: every unit is laid out by the padding rule alone.
+  std::vector<std::string> whole_params;
 };
 
 // A half-open range [begin, end) of elements.
@@ -50,6 +53,7 @@ struct ParamLayout {
   std::int64_t numel = 0;           // product of shape
   std::int64_t offset = 0;          // start in the unit's flat buffer; a multiple of align_elements
   std::int64_t global_offset = 0;   // start in the global flat buffer: unit offset + offset
+  int owner = -1;  // the rank whose shard holds it whole (LayoutOptions::whole_params), or -1
 };
 
 // The part of one parameter that falls inside one rank's shard of a unit.
@@ -102,6 +106,11 @@ struct Layout {
 // Computes the layout. Padding rule: each param starts at the next multiple of align_elements
 // (A) after the previous one ends, and a unit's padded size is the end of its last param rounded
 // up to a multiple of N * A, so each of its N shards is a multiple of A and starts A-aligned.
+// A unit holding whole params (LayoutOptions::whole_params, N > 1) takes the smallest shard size
+// S (a multiple of A, at least its largest whole param) at which, placing its params in order
+// by the same rule, a whole param that would straddle a shard boundary starts at the next
+// shard instead and everything ends within N * S; its padded size is N * S. The rest is as
+// above, and a unit without whole params is laid out exactly as without the option.
 // Throws zero::Error naming the unit, param or option on invalid input.
 Layout make_layout(const std::vector<UnitSpec>& units, const LayoutOptions& options);
 

@@ -4,11 +4,12 @@
 #include <cstring>
 
 #include "zero/backend.hpp"
+#include "zero/muon.hpp"
 
 namespace zero {
 
 int state_buffers(OptimizerType t) {
-  return t == OptimizerType::lion ? 1 : 2;
+  return t == OptimizerType::lion ? 1 : 2;  // Muon: m for all, v for its AdamW params
 }
 
 const char* state_buffer_name(int i) {
@@ -244,6 +245,8 @@ std::unique_ptr<Optimizer> make_optimizer(EngineContext& ctx, const std::vector<
   switch (ctx.config.optimizer.type) {
     case OptimizerType::lion:
       return std::make_unique<LionOptimizer>(ctx, groups, std::move(segments));
+    case OptimizerType::muon:
+      return make_muon_optimizer(ctx, groups);
     case OptimizerType::lamb: {
       std::vector<int> self(ctx.layout.params.size());
       for (std::size_t p = 0; p < self.size(); ++p) self[p] = static_cast<int>(p);

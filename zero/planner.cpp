@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <stdexcept>
 
 #include "base/error.hpp"
+#include "zero/muon.hpp"
 #include "zero/planner_detail.hpp"
 #include "zero/settings.hpp"
 #include "zero/stage_policy.hpp"
@@ -54,12 +56,13 @@ std::vector<UnitSpec> uniform_units(std::int64_t params, int units) {
 
 
 int state_buffers(PlanOptimizer o) {
-  return o == PlanOptimizer::adam || o == PlanOptimizer::lamb ? 2 : 1;
+  return o == PlanOptimizer::sgd_momentum || o == PlanOptimizer::lion ? 1 : 2;
 }
 
 PlanOptimizer plan_optimizer_of(OptimizerType t) {
   return t == OptimizerType::lamb   ? PlanOptimizer::lamb
          : t == OptimizerType::lion ? PlanOptimizer::lion
+         : t == OptimizerType::muon ? PlanOptimizer::muon
                                     : PlanOptimizer::adam;
 }
 
@@ -114,6 +117,7 @@ struct UnitSizes {
 };
 struct Sizes {
   std::vector<UnitSizes> units;
+  std::map<int, double> ns_flops;  // Muon's Newton-Schulz FLOPs by owner (shard rank)
   std::int64_t numel = 0, padded_numel = 0, shard_numel = 0;
 };
 
@@ -127,7 +131,10 @@ Sizes lay_out(const std::vector<UnitSpec>& units, const LayoutOptions& lo) {
   for (std::size_t u = 0; u < units.size(); ++u) {
     std::vector<std::vector<std::int64_t>> key;
     key.reserve(units[u].params.size());
-    for (const auto& p : units[u].params) key.push_back(p.shape);
+    for (const auto& p : units[u].params) {
+      key.push_back(p.shape);
+      if (std::ranges::count(lo.whole_params, p.name)) key.back().push_back(-1);  // owned whole
+    }
     auto [it, fresh] = index.emplace(std::move(key), static_cast<int>(distinct.size()));
     if (fresh) distinct.push_back(units[u]);
     which[u] = it->second;
@@ -137,6 +144,7 @@ Sizes lay_out(const std::vector<UnitSpec>& units, const LayoutOptions& lo) {
   out.units.reserve(units.size());
   for (int d : which) {
     const UnitLayout& U = L.units[static_cast<std::size_t>(d)];
+    add_newton_schulz_flops(L, d, out.ns_flops);
     out.units.push_back({U.numel, U.padded_numel, U.shard_numel, U.persistent});
     if (__builtin_add_overflow(out.numel, U.numel, &out.numel) ||
         __builtin_add_overflow(out.padded_numel, U.padded_numel, &out.padded_numel))
@@ -281,7 +289,7 @@ void add_grads(Terms& t, const Formula& f) {
 void add_optimizer_states(Terms& t, const Formula& f, PlanOptimizer optimizer) {
   const std::int64_t opt_states = state_buffers(optimizer);
   const char* names[] = {"fp32 Adam m and v", "fp32 SGD momentum", "fp32 LAMB m and v",
-                         "fp32 Lion momentum"};
+                         "fp32 Lion momentum", "fp32 Muon momentum and AdamW's m and v"};
   t.add("master", "fp32 master weights" + std::string(f.pol.shard_optimizer ? " (shard)" : " (full)"),
         cat("4 B x ", f.state_name, " = 4 x ", f.state_count),
         t.bytes(4, f.state, "the master weights"), f.offload);
@@ -392,13 +400,18 @@ Plan plan_header(const Settings& set, const Sizes& L) {
   plan.padded_numel = L.padded_numel;
   plan.settings = set;
   plan.prefetches = prefetches_any(L, set);
+  std::tie(plan.newton_schulz_flops_max, plan.newton_schulz_flops_mean) =
+      newton_schulz_load(L.ns_flops, set.shard_size, !set.policy.shard_optimizer);
   return plan;
 }
 
 }  // namespace
 
 Plan plan_memory(const PlanInput& in) {
-  const Settings set = settle(in);
+  Settings set = settle(in);
+  OptimizerConfig muon = in.config.optimizer;  // the optimizer the plan is for
+  muon.type = in.optimizer == PlanOptimizer::muon ? OptimizerType::muon : OptimizerType::adamw;
+  set.layout.whole_params = muon_params(in.units, muon);
   const Sizes L = lay_out(in.units, set.layout);
   Plan plan = plan_header(set, L);
   const Formula f = formula_of(set, L);

@@ -34,8 +34,8 @@ std::int64_t count_params(const std::vector<UnitSpec>& units);
 std::vector<UnitSpec> uniform_units(std::int64_t params, int units);
 
 // The optimizer's state: Adam/AdamW and LAMB keep m and v, SGD and Lion one momentum buffer.
-enum class PlanOptimizer { adam, sgd_momentum, lamb, lion };
-int state_buffers(PlanOptimizer o);               // 2 or 1
+enum class PlanOptimizer { adam, sgd_momentum, lamb, lion, muon };
+int state_buffers(PlanOptimizer o);               // 2 or 1 (Muon: m, and v for AdamW's)
 PlanOptimizer plan_optimizer_of(OptimizerType t);  // the one Config::optimizer names
 
 // What the planner needs: the model as units and activation bytes (models/gpt_shape.hpp gives
@@ -118,6 +118,9 @@ struct Plan {
   int secondary_size = 1;           // the hpZ group actually used (1: none)
   std::int64_t numel = 0;           // Ψ
   std::int64_t padded_numel = 0;    // Ψ with the layout's padding
+  // Muon: Newton-Schulz FLOPs of one step on the busiest rank and on the average one (each
+  // matrix on its owner; stage 0: every matrix on every rank). 0 for the other optimizers.
+  double newton_schulz_flops_max = 0, newton_schulz_flops_mean = 0;
   PlanBytes device;                 // on the GPU (or the ranks' memory when !input.device)
   PlanBytes host;                   // offloaded state (and staging) in host memory
   std::int64_t peak_total = 0;      // the predicted peak of the device space (the engine's

@@ -37,7 +37,9 @@ Config engine_config(const Config& in, PlanOptimizer optimizer) {
   Config c;
   c.optimizer.type = optimizer == PlanOptimizer::lamb   ? OptimizerType::lamb
                      : optimizer == PlanOptimizer::lion ? OptimizerType::lion
+                     : optimizer == PlanOptimizer::muon ? OptimizerType::muon
                                                         : OptimizerType::adamw;
+  c.optimizer.muon_params = in.optimizer.muon_params;  // which matrices are owned whole
   c.zero.stage = in.zero.stage;
   c.precision = in.precision;
   c.communication_data_type = in.communication_data_type;

@@ -473,6 +473,11 @@ StepTime estimate_step(const Plan& plan, const PlanInput& in, const TimeInput& t
   s.optimizer_bytes_per_param = optimizer_bytes_per_param(set, in.optimizer);
   s.optimizer = owned * s.optimizer_bytes_per_param /
                 (set.offload ? kOffloadHostBandwidth : c.hbm_bandwidth * c.hbm_efficiency);
+  // Muon's Newton-Schulz: the busiest owner's GEMM FLOPs at the GPU's achieved rate.
+  s.newton_schulz = plan.newton_schulz_flops_max / (c.peak_flops * c.compute_efficiency);
+  if (plan.newton_schulz_flops_mean > 0)
+    s.newton_schulz_imbalance = plan.newton_schulz_flops_max / plan.newton_schulz_flops_mean;
+  s.optimizer += s.newton_schulz;
   s.offload = offload_seconds(plan, s.compute, s.optimizer);
 
   s.step = s.compute + s.comm_exposed + s.offload + s.optimizer;

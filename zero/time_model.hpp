@@ -159,6 +159,9 @@ struct StepTime {
   double compute = 0;       // forward and backward on one GPU
   double optimizer = 0;     // the optimizer step over this GPU's shard (on the CPU when offloaded)
   double optimizer_bytes_per_param = 0;
+  // Muon's Newton-Schulz on the busiest owner (part of optimizer), and that rank's FLOPs over
+  // the average rank's (1: balanced; whole-matrix ownership makes it uneven).
+  double newton_schulz = 0, newton_schulz_imbalance = 1;
   double offload = 0;       // offload's PCIe transfers that nothing hides (0 without offload)
   double step = 0;  // compute + comm_exposed + offload + optimizer
   double tokens_per_second = 0;

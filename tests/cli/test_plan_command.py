@@ -190,7 +190,7 @@ bad = [
     (["--params", "1e9", "--ranks", "0"], "--ranks"),
     (["--params", "1e9", "-n", "8", "--shard-size", "3"], "--shard-size"),
     (["--params", "1e9", "--precision", "fp8"], "--precision"),
-    (["--params", "1e9", "--optimizer", "lion"], "--optimizer"),
+    (["--params", "1e9", "--optimizer", "adagrad"], "--optimizer"),
     (["--params", "1e9", "--offload", "nvme"], "--offload"),
     (["--params", "1e9", "--reduce-bucket-size", "lots"], "--reduce-bucket-size"),
     (["--params", "1e9", "--preset", "gpt2-small"], "--params"),

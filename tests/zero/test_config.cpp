@@ -368,9 +368,10 @@ TEST_CASE("Optimizer settings zero cannot honour are errors, not silent changes"
         "test.json: this configuration needs what zero does not have: the Adagrad optimizer "
         "(optimizer.type); remove or change that setting");
   CHECK(error_of(R"({"optimizer": {"type": "SGD"}})") ==
-        "optimizer.type: expected \"Adam\", \"AdamW\", \"Lamb\" or \"Lion\", got string \"SGD\"");
+        "optimizer.type: expected \"Adam\", \"AdamW\", \"Lamb\", \"Lion\" or \"Muon\", got string "
+        "\"SGD\"");
   CHECK(error_of(R"({"optimizer": {"params": {"lr": 0.1}}})") ==
-        "optimizer.type: missing; expected \"Adam\", \"AdamW\", \"Lamb\" or \"Lion\"");
+        "optimizer.type: missing; expected \"Adam\", \"AdamW\", \"Lamb\", \"Lion\" or \"Muon\"");
   CHECK(error_of(R"({"optimizer": {"type": "AdamW", "params": {"amsgrad": true}}})") ==
         "test.json: this configuration needs what zero does not have: AMSGrad "
         "(optimizer.params.amsgrad); remove or change that setting");

@@ -1,0 +1,298 @@
+// Muon under mpirun (1 to 4 ranks): each 2-D weight owned whole by one rank, Newton-Schulz on
+// the owner once per optimizer step, AdamW on the rest; the sharded engine at every stage equals
+// the single-rank fp32 reference of tests/zero/make_optimizer_reference.py bit for bit
+// (fixtures/optimizer_reference.hpp), gradient accumulation does not change the step (DeepSpeed
+// #8443), stage 0 runs Muon (DeepSpeed #8442), the state, plan and ledger agree, and a
+// checkpoint resumes bitwise at another rank count.
+//
+// The reference is bitwise, not within a bound: the owner of a matrix computes Newton-Schulz
+// from the whole, summed gradient, whatever the rank count, and every product adds its terms in
+// index order (kernels/cpu/optimizers.cpp), which the reference does too. The gradients are
+// fp32 values whose elements each come from one rank and one micro-batch (zeros elsewhere), so
+// every rank count and accumulation reduces exactly the reference's gradient.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/zero/fixtures/optimizer_reference.hpp"
+#include "kernels/muon_math.hpp"
+#include "tests/zero/shared_temp_dir.hpp"
+#include "zero/zero.hpp"
+
+using namespace zero;
+namespace ref = zero::testing::optimizer_reference;
+
+namespace {
+
+constexpr int kSteps = 5;
+
+std::vector<UnitSpec> units() {
+  return {UnitSpec{"a", {ParamSpec{"a.w", {8, 12}}, ParamSpec{"a.b", {8}}}},
+          UnitSpec{"b", {ParamSpec{"b.w", {10, 10}}, ParamSpec{"b.b", {10}}}},
+          UnitSpec{"c", {ParamSpec{"c.w", {5, 7}}}}};
+}
+
+float value(std::uint64_t seed, std::uint64_t i, double scale) {
+  std::uint64_t z = (seed << 32 | i) + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  if ((z & 15) == 0) return 0.0f;
+  return static_cast<float>(static_cast<double>(static_cast<std::int64_t>(z >> 40) - (1 << 23)) *
+                            std::ldexp(1.0, -23) * scale);
+}
+
+// make_optimizer_reference.py's kMuon (moonshot: kMuonMoonshot).
+Config config_for(int stage, std::int64_t accumulation, bool moonshot = false) {
+  Config c;
+  c.zero.stage = stage;
+  c.precision = Precision::fp32;
+  c.gradient_accumulation_steps = accumulation;
+  c.gradient_clipping = 0;
+  c.optimizer.type = OptimizerType::muon;
+  c.optimizer.lr = 1e-3;
+  c.optimizer.beta2 = 0.95;
+  c.optimizer.eps = 1e-8;
+  c.optimizer.muon_lr = moonshot ? 0.01 : 0.02;
+  c.optimizer.weight_decay = moonshot ? 0.0 : 0.1;
+  c.optimizer.momentum = moonshot ? 0.9 : 0.95;
+  c.optimizer.nesterov = !moonshot;
+  c.optimizer.match_rms_adamw = moonshot;
+  c.param_groups.push_back({{"*.b"}, 0.0, 0.5});
+  return c;
+}
+
+EngineOptions options() {
+  EngineOptions o;
+  o.reduction = GradReduction::sum;
+  o.align_elements = 4;
+  o.log = [](const std::string&) {};
+  return o;
+}
+
+std::unique_ptr<Engine> make_engine(comm::Communicator& w, const Config& c) {
+  auto e = std::make_unique<Engine>(c, w, units(), options());
+  e->init_params([](int p, std::span<float> out) {
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = value(1000 + p, i, 0.5);
+  });
+  return e;
+}
+
+// Step s's gradient, each element given by one rank (i mod ranks) in one micro-batch
+// ((i / ranks) mod accumulation), zeros elsewhere: the same sum at any split, the same samples
+// cut into micro-batches.
+void train_steps(Engine& e, std::int64_t from, std::int64_t to) {
+  const std::int64_t accumulation = e.config().gradient_accumulation_steps;
+  const auto ranks = static_cast<std::size_t>(e.ranks());
+  for (std::int64_t s = from; s < to; ++s) {
+    for (std::int64_t k = 0; k < accumulation; ++k)
+      for (int u = 0; u < static_cast<int>(e.layout().units.size()); ++u) {
+        e.gather(u);
+        const UnitLayout& U = e.layout().units[static_cast<std::size_t>(u)];
+        for (int p = U.first_param; p < U.first_param + U.param_count; ++p) {
+          const std::span<float> g = e.grad(p).as<float>();
+          for (std::size_t i = 0; i < g.size(); ++i) {
+            const bool mine = i % ranks == static_cast<std::size_t>(e.rank()) &&
+                              static_cast<std::int64_t>(i / ranks) % accumulation == k;
+            g[i] = mine ? value(7919 * static_cast<std::uint64_t>(s + 1) + p, i, 0.25) : 0.0f;
+          }
+        }
+        e.release(u);
+        e.reduce_grads(u);
+      }
+    REQUIRE_FALSE(e.step().skipped);
+  }
+}
+
+std::string first_difference(Engine& e, const std::vector<std::vector<std::uint32_t>>& want) {
+  std::vector<std::vector<float>> all;  // gathered first: gather_master is a collective
+  for (int p = 0; p < static_cast<int>(want.size()); ++p) all.push_back(e.gather_master(p));
+  for (std::size_t p = 0; p < want.size(); ++p) {
+    if (all[p].size() != want[p].size()) return "a param's size";
+    for (std::size_t i = 0; i < all[p].size(); ++i) {
+      std::uint32_t b = 0;
+      std::memcpy(&b, &all[p][i], 4);
+      if (b != want[p][i])
+        return cat("param ", e.layout().params[p].name, " element ", i, ": ", all[p][i], " (0x",
+                   std::hex, b, "), reference 0x", want[p][i]);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("Muon at every stage, rank count and accumulation equals the single-rank fp32 "
+          "reference (stage 0 runs Muon, not SGD; 4 micro-batches step as 1)") {
+  auto w = comm::make_mpi_communicator();
+  for (bool moonshot : {false, true})
+    for (int stage = 0; stage <= 3; ++stage)
+      for (std::int64_t accumulation : {1, 4}) {
+        CAPTURE(moonshot, stage, accumulation, w->size());
+        auto e = make_engine(*w, config_for(stage, accumulation, moonshot));
+        train_steps(*e, 0, kSteps);
+        CHECK(first_difference(*e, moonshot ? ref::kMuonMoonshot : ref::kMuon) == "");
+      }
+}
+
+TEST_CASE("Each Muon matrix lies whole in its owner's shard; units without one are laid out as "
+          "without Muon") {
+  auto w = comm::make_mpi_communicator();
+  const Config c = config_for(1, 1);
+  auto e = make_engine(*w, c);
+  const Layout& L = e->layout();
+  for (const ParamLayout& p : L.params) {
+    CAPTURE(p.name, w->size());
+    CHECK((p.owner >= 0) == (p.shape.size() == 2));
+    if (p.owner < 0) continue;
+    const Range r = L.units[static_cast<std::size_t>(p.unit)].shard_range(p.owner);
+    CHECK(p.offset >= r.begin);
+    CHECK(p.offset + p.numel <= r.end);
+  }
+  // No whole params: the same layout, field by field, as the padding rule alone.
+  LayoutOptions lo;
+  lo.shard_ranks = 4;
+  lo.align_elements = 4;
+  const std::vector<UnitSpec> specs = units();
+  const Layout plain = make_layout(specs, lo);
+  lo.whole_params = {"a.w"};
+  const Layout owned = make_layout(specs, lo);
+  for (std::size_t u = 1; u < specs.size(); ++u) {
+    CHECK(owned.units[u].padded_numel == plain.units[u].padded_numel);
+    for (int p = plain.units[u].first_param; p < plain.units[u].first_param + plain.units[u].param_count; ++p)
+      CHECK(owned.params[static_cast<std::size_t>(p)].offset == plain.params[static_cast<std::size_t>(p)].offset);
+  }
+  CHECK(owned.params[0].owner == 0);
+  CHECK(owned.units[0].shard_numel >= 96);  // a.w's 96 elements in one shard
+}
+
+TEST_CASE("The planner equals the ledger for every optimizer, Muon's layout and state included") {
+  auto w = comm::make_mpi_communicator();
+  for (OptimizerType t : {OptimizerType::adamw, OptimizerType::lion, OptimizerType::lamb,
+                          OptimizerType::muon})
+    for (int stage = 0; stage <= 3; ++stage) {
+      CAPTURE(name_of(t), stage, w->size());
+      auto own = w->split(0, w->rank());
+      Config c = config_for(stage, 1);
+      c.optimizer.type = t;
+      auto e = make_engine(*own, c);
+      train_steps(*e, 0, 2);
+      const MemoryReport m = e->memory();
+      const std::int64_t state = stage == 0 ? e->layout().padded_numel : e->layout().shard_numel;
+      CHECK(m.optimizer == (t == OptimizerType::lion ? 4 : 8) * state);
+      PlanInput in = plan_input_from_config(c, own->size());
+      in.units = units();
+      in.device = false;
+      in.align_elements = 4;
+      const Plan p = plan_memory(in);
+      CHECK(p.device.optimizer == m.optimizer);
+      CHECK(p.device.model_states() == m.model_states());
+      CHECK(p.peak_total == m.peak_total);
+    }
+}
+
+TEST_CASE("The time model counts Newton-Schulz on the busiest owner and the imbalance") {
+  auto w = comm::make_mpi_communicator();
+  auto own = w->split(0, w->rank());
+  for (int stage : {0, 1, 3}) {
+    CAPTURE(stage, w->size());
+    const Config c = config_for(stage, 1);
+    auto e = make_engine(*own, c);  // its layout: the owners
+    std::vector<double> by_rank(static_cast<std::size_t>(own->size()), 0.0);
+    double total = 0;
+    for (const ParamLayout& p : e->layout().params)
+      if (p.owner >= 0) {
+        const double f = kernels::muon_ns_flops(p.shape[0], p.shape[1]);
+        by_rank[static_cast<std::size_t>(p.owner)] += f;
+        total += f;
+      }
+    PlanInput in = plan_input_from_config(c, own->size());
+    in.units = units();
+    in.device = false;
+    in.align_elements = 4;
+    const Plan p = plan_memory(in);
+    const double most = stage == 0 ? total : *std::max_element(by_rank.begin(), by_rank.end());
+    CHECK(p.newton_schulz_flops_max == most);
+    CHECK(p.newton_schulz_flops_mean == Approx(stage == 0 ? total : total / own->size()));
+    TimeInput t;
+    t.cluster = *builtin_cluster("h100-sxm");
+    const StepTime s = estimate_step(p, in, t);
+    CHECK(s.newton_schulz == Approx(most / (t.cluster.peak_flops * t.cluster.compute_efficiency)));
+    CHECK(s.newton_schulz_imbalance == Approx(most / p.newton_schulz_flops_mean));
+    CHECK(s.optimizer >= s.newton_schulz);
+    in.optimizer = PlanOptimizer::adam;
+    in.config.optimizer.type = OptimizerType::adamw;
+    CHECK(plan_memory(in).newton_schulz_flops_max == 0);
+  }
+}
+
+TEST_CASE("A Muon checkpoint resumes bitwise and refuses another optimizer") {
+  auto w = comm::make_mpi_communicator();
+  for (int stage : {0, 2, 3}) {
+    CAPTURE(stage, w->size());
+    zero::testing::SharedTempDir dir;
+    const Config c = config_for(stage, 1);
+    {
+      auto first = make_engine(*w, c);
+      train_steps(*first, 0, 3);
+      Checkpointer(*first, dir.path).save();
+    }
+    auto resumed = std::make_unique<Engine>(c, *w, units(), options());
+    CHECK(load_checkpoint(*resumed, dir.path).step == 3);
+    train_steps(*resumed, 3, kSteps);
+    CHECK(first_difference(*resumed, ref::kMuon) == "");
+    Config lion = c;
+    lion.optimizer.type = OptimizerType::lion;
+    auto wrong = make_engine(*w, lion);
+    CHECK_THROWS_WITH(load_checkpoint(*wrong, dir.path),
+                      Catch::Contains("resume with the optimizer that saved it"));
+  }
+}
+
+TEST_CASE("A Muon checkpoint saved at 4 ranks resumes at 3, 2 and 1, ownership moving with the "
+          "rank count, and ends on the reference",
+          "[4ranks]") {
+  auto w = comm::make_mpi_communicator();
+  REQUIRE(w->size() == 4);
+  const int r = w->rank();
+  zero::testing::SharedTempDir dir;
+  {
+    auto e4 = make_engine(*w, config_for(3, 1));
+    train_steps(*e4, 0, 3);
+    Checkpointer(*e4, dir.path).save();
+  }
+  for (auto [m, stage] : {std::pair{3, 1}, std::pair{2, 2}, std::pair{1, 0}}) {
+    CAPTURE(m, stage);
+    auto group = w->split(r < m ? 0 : 1, r);
+    if (r >= m) continue;
+    auto e = std::make_unique<Engine>(config_for(stage, 1), *group, units(), options());
+    CHECK(load_checkpoint(*e, dir.path).step == 3);
+    train_steps(*e, 3, kSteps);
+    CHECK(first_difference(*e, ref::kMuon) == "");
+  }
+}
+
+TEST_CASE("DeepSpeed's Muon block configures Muon; a non-matrix in muon_params is refused") {
+  const Config c = parse_config(R"({"train_micro_batch_size_per_gpu": 1,
+      "optimizer": {"type": "Muon", "params": {"lr": 3e-4, "muon_lr": 0.05, "momentum": 0.9,
+                    "nesterov": false, "adjust_lr_fn": "match_rms_adamw", "weight_decay": 0.1,
+                    "muon_params": ["*.w"]}}})",
+                                "test");
+  CHECK(c.optimizer.type == OptimizerType::muon);
+  CHECK(c.optimizer.muon_lr == 0.05);
+  CHECK(c.optimizer.momentum == 0.9);
+  CHECK_FALSE(c.optimizer.nesterov);
+  CHECK(c.optimizer.match_rms_adamw);
+  CHECK(parse_config(to_json(c), "round trip") == c);
+  auto w = comm::make_mpi_communicator();
+  Config bad = config_for(1, 1);
+  bad.optimizer.muon_params = {"*.b"};
+  CHECK_THROWS_WITH(Engine(bad, *w, units(), options()),
+                    Catch::Contains("Muon updates 2-D matrices only"));
+}
