@@ -133,7 +133,8 @@ std::string cannot_run(const WireSetting& s, int stage, int ranks) {
   const std::string what = s.weights_int8 && s.hpz ? "qwZ and hpZ" : s.weights_int8 ? "qwZ" : "hpZ";
   if ((s.weights_int8 || s.hpz) && stage != 3)
     return cat(s.name, " is not run at stage ", stage, ": ", what,
-               " act on stage 3's parameter gathers, and below stage 3 no gather precedes use");
+               s.weights_int8 && s.hpz ? " act" : " acts",
+               " on stage 3's parameter gathers, and below stage 3 no gather precedes use");
   if (s.hpz && ranks > 0 && (s.hpz >= ranks || ranks % s.hpz != 0))
     return cat(s.name, " is not run at ", ranks, " ranks: hpZ's group of ", s.hpz,
                " ranks must divide the ranks and be fewer (a smaller group keeps a secondary copy)");
