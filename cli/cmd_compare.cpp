@@ -4,7 +4,8 @@
 // measured ones; one table of time (with a 95% interval over the repetitions), throughput,
 // memory and traffic per stage, whether the weights agree bitwise, the verdict (the fastest
 // stage, or no clear winner), a recommendation within --budget, --json and a chart
-// (docs/compare.md).
+// (docs/compare.md). --configs and --compress (wire settings: cli/compare_settings.hpp) add rows
+// the same way, each run from the same start.
 #include <algorithm>
 #include <boost/json.hpp>
 #include <boost/program_options.hpp>
