@@ -4,7 +4,8 @@
 // measured ones; one table of time (with a 95% interval over the repetitions), throughput,
 // memory and traffic per stage, whether the weights agree bitwise, the verdict (the fastest
 // stage, or no clear winner), a recommendation within --budget, --json and a chart
-// (docs/compare.md).
+// (docs/compare.md). --configs and --compress (wire settings: cli/compare_settings.hpp) add rows
+// the same way, each run from the same start.
 #include <algorithm>
 #include <boost/json.hpp>
 #include <boost/program_options.hpp>
@@ -19,6 +20,8 @@
 #include "cli/commands.hpp"
 #include "cli/compare_chart.hpp"
 #include "cli/compare_report.hpp"
+#include "cli/compare_settings.hpp"
+#include "cli/compare_wire.hpp"
 #include "cli/launch.hpp"
 #include "cli/options.hpp"
 #include "cli/plan_flags.hpp"
@@ -60,9 +63,10 @@ struct Repetition {
   std::vector<double> step_seconds;                 // each measured step
   StepSplit split;                                  // sums over the measured steps
   std::array<comm::OpStats, comm::kOpCount> ops{};  // sums over the measured steps
+  std::array<GroupTraffic, kTrafficGroups> traffic{};  // sums over the measured steps
   MemoryReport memory;
   std::int64_t peak_most = 0;
-  double final_loss = 0, tokens_per_sample = 1, flops_per_token = 0;
+  double first_loss = 0, final_loss = 0, tokens_per_sample = 1, flops_per_token = 0;
   std::uint64_t checksum = 0;
   std::optional<Plan> plan;  // asked for on a stage's first repetition
 };
@@ -97,14 +101,17 @@ Repetition run_once(const Run& run, const Flags& f, int stage, std::int64_t warm
   engine.reset_comm_accounting();
   StepClock clock(*model, engine, warmup + measured);
   comm::Accounting at_measure;
+  Engine::GroupAccounting groups_at_measure;
   Repetition r;
   for (std::int64_t s = 0; s < warmup + measured; ++s) {
     if (s == warmup) at_measure = engine.comm_accounting();
+    if (s == warmup) groups_at_measure = engine.comm_accounting_by_group();
     double local = 0;
     for (std::int64_t k = 0; k < run.accum; ++k)
       local += model->micro_batch(engine, start + s, k, rank, n);
     const StepReport rep = engine.step(local / static_cast<double>(run.accum));
     r.final_loss = *rep.loss;
+    if (s == 0) r.first_loss = r.final_loss;
     clock.step_done(s, r.final_loss, 0);
   }
   const Throughput t = clock.result(run.shape.global_batch, model->tokens_per_sample());
@@ -120,6 +127,7 @@ Repetition run_once(const Run& run, const Flags& f, int stage, std::int64_t warm
     r.ops[op].payload_bytes = all.ops[op].payload_bytes - at_measure.ops[op].payload_bytes;
     r.ops[op].seconds = all.ops[op].seconds - at_measure.ops[op].seconds;
   }
+  r.traffic = traffic_between(groups_at_measure, engine.comm_accounting_by_group());
   r.tokens_per_sample = static_cast<double>(model->tokens_per_sample());
   r.flops_per_token = model->flops_per_token();
   r.memory = engine.memory();
@@ -146,8 +154,12 @@ void add_repetition(StageResult& r, const Repetition& x) {
   }
   r.in_flight += in_flight;
   r.comm += comm_seconds(in_flight, x.split.wait);
+  for (std::size_t g = 0; g < kTrafficGroups; ++g)
+    r.traffic[g].payload += x.traffic[g].payload, r.traffic[g].wire += x.traffic[g].wire;
   r.memory = x.memory;
   r.peak_most = x.peak_most;
+  r.residual = x.memory.ledger[Category::residual].peak;
+  r.first_loss = x.first_loss;
   r.final_loss = x.final_loss;
   if (x.plan) r.plan = *x.plan;
   if (first) r.checksum = x.checksum;
@@ -163,6 +175,7 @@ void finish_row(StageResult& r, double samples, double tokens_per_sample, double
   r.split.data /= m, r.split.other /= m;
   r.in_flight /= m, r.comm /= m;
   for (comm::OpStats& o : r.per_step) o.calls /= steps, o.payload_bytes /= steps, o.seconds /= m;
+  for (GroupTraffic& g : r.traffic) g.payload /= steps, g.wire /= steps;
   r.time = interval_of(r.repetition_seconds);
   r.fastest = *std::min_element(r.step_seconds.begin(), r.step_seconds.end());
   r.slowest = *std::max_element(r.step_seconds.begin(), r.step_seconds.end());
@@ -203,12 +216,32 @@ Peak raised_peak(const std::vector<StageResult>& rows, const std::vector<Run>& v
 
 // zero compare's own flags, beside zero train's.
 struct CompareFlags {
-  std::string stages_text = "0,1,2,3", chart, configs_text, budget_text;
+  std::string stages_text = "0,1,2,3", chart, configs_text, budget_text, compress_text;
   std::int64_t warmup = 2, repeats = 8;
   std::optional<std::int64_t> budget;  // memory per rank, bytes
   std::vector<int> stages;
   std::vector<std::string> configs;  // --configs, each read once here
+  std::vector<WireSetting> settings;  // --compress
 };
+
+// --compress, checked before ranks start: the encodings come from the list alone, and every
+// setting runs at one of --stages at least.
+void parse_compress(const boost::program_options::variables_map& vm, int ranks, CompareFlags& c) {
+  for (const char* flag : {"compress-grads", "compress-weights"})
+    if (vm.count(flag))
+      throw Error(cat("--", flag, " and --compress: name every encoding to compare in --compress"));
+  c.settings = parse_wire_settings(c.compress_text);
+  for (const WireSetting& s : c.settings) {
+    std::string why;  // the highest stage's reason: the one nearest to running it
+    bool runs = false;
+    for (int stage : c.stages) {
+      const std::string no = cannot_run(s, stage, ranks);
+      runs |= no.empty();
+      if (!no.empty() && stage == *std::max_element(c.stages.begin(), c.stages.end())) why = no;
+    }
+    if (!runs) throw Error(cat("--compress: ", why, " (--stages ", c.stages_text, ")"));
+  }
+}
 
 // The flags, parsed and checked (every --configs file read once, before ranks start); false
 // after --help (printed).
@@ -232,6 +265,10 @@ bool parse_compare_flags(const Args& argv, Flags& f, CompareFlags& c,
       ("configs", po::value(&c.configs_text),
        "DeepSpeed-style config files, comma-separated: every stage runs under each (reduce "
        "dtype, bucket sizes, prefetch, hierarchical groups...); the flags still override them")
+      ("compress", po::value(&c.compress_text),
+       "wire settings to run side by side at every stage, comma-separated: dense, fp32, bf16, "
+       "int8, int4, qgZ, topk[:RATIO[:ef|:noef]], qwZ, hpZ[:H], or several joined by + "
+       "(qwZ+qgZ+hpZ); each a row like a stage, from the same start (docs/compare.md)")
       ("chart", po::value(&c.chart),
        "write the time split and the memory per stage to this SVG file (and a PNG beside it where "
        "rsvg-convert (librsvg2-bin) or ImageMagick's convert is installed; a line says when not)");
@@ -258,6 +295,7 @@ bool parse_compare_flags(const Args& argv, Flags& f, CompareFlags& c,
       c.configs.push_back(item);
     }
   }
+  if (vm.count("compress")) parse_compress(vm, vm.count("ranks") ? f.ranks : 0, c);
   if (c.warmup < 0) throw Error(cat("--warmup must be >= 0, got ", c.warmup));
   require_at_least("--repeats", c.repeats, 1);
   if (vm.count("budget")) c.budget = parse_flag("--budget", c.budget_text, parse_bytes);
@@ -267,6 +305,36 @@ bool parse_compare_flags(const Args& argv, Flags& f, CompareFlags& c,
   if (vm["steps"].defaulted()) f.steps = 10;
   check_flags(f, vm);
   return true;
+}
+
+// The rows: every stage under every config, and with --compress every setting a stage can run
+// (one line says which it cannot). Each row's run and what it must agree with.
+void make_rows(const Flags& f, const CompareFlags& c,
+               const boost::program_options::variables_map& vm, const Run& run, int n, bool say,
+               std::vector<StageResult>& results, std::vector<Run>& variants) {
+  const std::vector<WireSetting> none{WireSetting{}};
+  for (const std::string& file : c.configs.empty() ? std::vector<std::string>{""} : c.configs) {
+    Run variant = file.empty() ? run : resolve_run(f, vm, n, file);
+    variant.shape.seed = run.shape.seed;  // every config from the same weights and data order
+    const std::string config = file.empty() ? "" : std::filesystem::path(file).stem().string();
+    for (int stage : c.stages)
+      for (const WireSetting& s : c.settings.empty() ? none : c.settings) {
+        Run row = variant;
+        StageResult r{.stage = stage, .config = config, .setting = s.name, .group = config};
+        if (!c.settings.empty()) {
+          if (const std::string why = cannot_run(s, stage, n); !why.empty()) {
+            if (say) std::printf("zero compare: skipped: %s\n", why.c_str());
+            continue;
+          }
+          row.config = with_setting(variant.config, s);
+          r.group = cat(config, "|", wire_key(row.config, stage, n));
+          r.int8_forward = stage == 3 && s.weights_int8;
+        }
+        results.push_back(r);
+        variants.push_back(row);
+      }
+  }
+  if (results.empty()) throw Error("zero compare: no stage can run any setting of --compress");
 }
 
 // Every stage under every config, each run from the same start, --repeats times: a round runs
@@ -279,16 +347,7 @@ std::vector<StageResult> run_stages(const Flags& f, const CompareFlags& c,
   const int n = world.size(), rank = world.communicator().rank();
   std::vector<StageResult> results;
   std::vector<Run> variants;  // a row's run: its config's
-  for (const std::string& file : c.configs.empty() ? std::vector<std::string>{""} : c.configs) {
-    Run variant = file.empty() ? run : resolve_run(f, vm, n, file);
-    variant.shape.seed = run.shape.seed;  // every config from the same weights and data order
-    for (int stage : c.stages) {
-      results.push_back(
-          {.stage = stage,
-           .config = file.empty() ? "" : std::filesystem::path(file).stem().string()});
-      variants.push_back(variant);
-    }
-  }
+  make_rows(f, c, vm, run, n, rank == 0, results, variants);
   const std::size_t rows = results.size();
   double tokens_per_sample = 1, flops_per_token = 0;
   const std::vector<Candidate> named = candidates(results);
@@ -366,6 +425,14 @@ void report(const Flags& f, const CompareFlags& c, const Run& run, int n, const 
                           {"peak_source", peak.source},
                           {"weights_agree_bitwise", same},
                           {"stages", stages_json}};
+    if (!c.settings.empty()) {
+      boost::json::array names;
+      for (const WireSetting& s : c.settings) names.push_back(boost::json::value(s.name));
+      bool first_equal = true;
+      (void)same_start(results, &first_equal);
+      j["settings"] = names;
+      j["first_loss_equal"] = first_equal;  // the rows whose forward is dense
+    }
     write_output_file(f.json_file, boost::json::serialize(j) + '\n', "--json");
   }
 }

@@ -14,12 +14,30 @@
 
 namespace zero::cli {
 
+// Bytes a step, per rank, in one process group: what the collectives worked on and what this
+// rank sent (comm::OpStats).
+struct GroupTraffic {
+  std::uint64_t payload = 0, wire = 0;
+};
+// The groups of Engine::GroupAccounting, in this order.
+enum class TrafficGroup : std::uint8_t { shard, replicate, secondary, world };
+inline constexpr std::size_t kTrafficGroups = 4;
+
 struct StageResult {
   int stage = 0;
-  std::string config;  // the --configs file's name, or empty
-  std::string label() const {
-    return config.empty() ? cat("stage ", stage) : cat(stage, " ", config);
+  std::string config;   // the --configs file's name, or empty
+  std::string setting;  // the --compress setting's name, or empty
+  // The table's key: "2", "2 bf16red", "2 int8", "2 bf16red int8".
+  std::string key() const {
+    return cat(stage, config.empty() ? "" : " ", config, setting.empty() ? "" : " ", setting);
   }
+  std::string label() const {
+    return config.empty() && setting.empty() ? cat("stage ", stage) : key();
+  }
+  // Rows that must end bitwise equal share it: the config, and with --compress the wire
+  // (cli/compare_settings.hpp's wire_key).
+  std::string group;
+  bool int8_forward = false;  // qwZ at stage 3: the first forward already reads int8 weights
   std::vector<double> step_seconds;        // every measured step, repetition after repetition
   std::vector<double> repetition_seconds;  // each repetition's median measured step
   TimeInterval time;                       // over the repetitions (cli/compare_verdict.hpp)
@@ -33,7 +51,10 @@ struct StageResult {
   MemoryReport memory;                                   // rank 0's ledger
   std::int64_t peak_most = 0;                            // the highest peak of any rank
   Plan plan;                                             // what zero plan predicts for this run
+  double first_loss = 0;  // the first step's, before any update: the same start shows here
   double final_loss = 0;
+  std::array<GroupTraffic, kTrafficGroups> traffic{};  // a step, rank 0, by TrafficGroup
+  std::int64_t residual = 0;  // TopK's error-feedback residual, rank 0's ledger peak
   std::uint64_t checksum = 0;  // of the fp32 master weights after the run
   bool repeats_agree = true;   // every repetition ended with the same checksum
 };

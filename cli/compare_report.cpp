@@ -4,16 +4,13 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "cli/compare_wire.hpp"
+
 namespace zero::cli {
 namespace {
 
 double mib(std::int64_t b) {
   return static_cast<double>(b) / 1048576.0;
-}
-
-// A row's key: the stage, and the --configs file when there are several.
-std::string key(const StageResult& r) {
-  return r.config.empty() ? std::to_string(r.stage) : cat(r.stage, " ", r.config);
 }
 
 // "19.80..21.10", or "-" with one repetition (no interval).
@@ -35,7 +32,7 @@ void print_time_table(const std::vector<StageResult>& rs, int w, bool tokens) {
     char mfu[16] = "     -";
     if (r.mfu > 0) std::snprintf(mfu, sizeof mfu, "%5.1f%%", 100 * r.mfu);
     std::printf("%-*s %10.2f %19s %12.0f %6s %9.2f %9.2f %9.2f %9.2f %9.2f %12.2f %12.2f\n", w,
-                key(r).c_str(), 1e3 * r.time.mean, interval_cell(r.time).c_str(),
+                r.key().c_str(), 1e3 * r.time.mean, interval_cell(r.time).c_str(),
                 tokens ? r.tokens_per_second : r.samples_per_second, mfu, 1e3 * r.split.compute,
                 1e3 * r.split.wait, 1e3 * r.split.optimizer, 1e3 * r.comm, mb, mib(r.peak_most),
                 mib(r.plan.peak_total));
@@ -54,7 +51,7 @@ void print_memory_table(const std::vector<StageResult>& rs, int w) {
   for (const StageResult& r : rs) {
     const MemoryReport& m = r.memory;
     const PlanBytes& p = r.plan.device;
-    std::printf("%-*s %16s %16s %16s %16s %16s %16s\n", w, key(r).c_str(),
+    std::printf("%-*s %16s %16s %16s %16s %16s %16s\n", w, r.key().c_str(),
                 cell(m.params, p.params).c_str(), cell(m.grads, p.grads).c_str(),
                 cell(m.master, p.master).c_str(), cell(m.optimizer, p.optimizer).c_str(),
                 cell(m.buffers, p.buffers).c_str(), cell(m.activations, p.activations).c_str());
@@ -63,18 +60,35 @@ void print_memory_table(const std::vector<StageResult>& rs, int w) {
 
 void print_traffic(const std::vector<StageResult>& rs, int w) {
   std::printf(
-      "\ntraffic per step per rank (payload MB: reduce-scatter / all-gather / all-reduce; "
-      "calls)\n");
+      "\ntraffic per step per rank (payload MB: reduce-scatter / all-gather / all-reduce / "
+      "all-to-all; calls)\n");
   for (const StageResult& r : rs) {
     auto op = [&](comm::Op o) { return r.per_step[static_cast<std::size_t>(o)]; };
-    std::printf("  stage %-*s  %9.3f / %9.3f / %9.3f   %lld / %lld / %lld\n", w, key(r).c_str(),
-                static_cast<double>(op(comm::Op::reduce_scatter).payload_bytes) / 1e6,
-                static_cast<double>(op(comm::Op::all_gather).payload_bytes) / 1e6,
-                static_cast<double>(op(comm::Op::all_reduce).payload_bytes) / 1e6,
-                static_cast<long long>(op(comm::Op::reduce_scatter).calls),
-                static_cast<long long>(op(comm::Op::all_gather).calls),
-                static_cast<long long>(op(comm::Op::all_reduce).calls));
+    auto mb = [&](comm::Op o) { return static_cast<double>(op(o).payload_bytes) / 1e6; };
+    auto calls = [&](comm::Op o) { return static_cast<long long>(op(o).calls); };
+    std::printf("  stage %-*s  %9.3f / %9.3f / %9.3f / %9.3f   %lld / %lld / %lld / %lld\n", w,
+                r.key().c_str(), mb(comm::Op::reduce_scatter), mb(comm::Op::all_gather),
+                mb(comm::Op::all_reduce), mb(comm::Op::all_to_all),
+                calls(comm::Op::reduce_scatter), calls(comm::Op::all_gather),
+                calls(comm::Op::all_reduce), calls(comm::Op::all_to_all));
   }
+}
+
+// The name of a group of rows in the agreement lines: its config, and with --compress the
+// settings in it ("dense = fp32" where two names run the same wire).
+std::string group_name(const std::vector<StageResult>& rs, const std::string& group) {
+  std::vector<std::string> names;
+  std::string config;
+  for (const StageResult& r : rs)
+    if (r.group == group) {
+      config = r.config;
+      if (!r.setting.empty() && std::find(names.begin(), names.end(), r.setting) == names.end())
+        names.push_back(r.setting);
+    }
+  std::string settings;
+  for (const std::string& n : names) settings += cat(settings.empty() ? "" : " = ", n);
+  if (config.empty()) return settings;
+  return settings.empty() ? config : cat(config, ", ", settings);
 }
 
 }  // namespace
@@ -83,21 +97,32 @@ std::string agreement(const std::vector<StageResult>& rs, bool* all_same) {
   std::string out;
   bool every = true;
   for (std::size_t i = 0; i < rs.size(); ++i) {
-    if (i > 0 && rs[i].config == rs[i - 1].config) continue;
-    bool same = true;
+    bool seen = false;
+    for (std::size_t k = 0; k < i; ++k) seen |= rs[k].group == rs[i].group;
+    if (seen) continue;
+    bool same = true, loss_same = true;
     std::string sums, unequal;
     for (const StageResult& r : rs)
-      if (r.config == rs[i].config) {
+      if (r.group == rs[i].group) {
         same &= r.checksum == rs[i].checksum && r.repeats_agree;
-        sums += cat(sums.empty() ? "" : ", ", "stage ", r.stage, " ", hex16(r.checksum));
-        if (!r.repeats_agree) unequal += cat(" stage ", r.stage, "'s repetitions differ;");
+        loss_same &= r.final_loss == rs[i].final_loss;
+        sums += cat(sums.empty() ? "" : ", ", "stage ", r.key(), " ", hex16(r.checksum));
+        if (!r.repeats_agree) unequal += cat(" stage ", r.key(), "'s repetitions differ;");
       }
+    // With --compress the loss is part of the claim: equal weights, equal final loss.
+    const bool wire = !rs[i].setting.empty();
+    char loss[64];
+    std::snprintf(loss, sizeof loss, ", final loss %.9g bit for bit", rs[i].final_loss);
+    same &= !wire || loss_same;
     every &= same;
-    out +=
-        cat("weights after the run", rs[i].config.empty() ? "" : cat(" (", rs[i].config, ")"), ": ",
-            same ? cat("bitwise the same at every stage (checksum ", hex16(rs[i].checksum), ")")
-                 : cat("DIFFERENT across stages or repetitions (", sums, ";", unequal, ")"),
-            "\n");
+    const std::string name = group_name(rs, rs[i].group);
+    const bool several = name.find(" = ") != std::string::npos;  // two settings, one wire
+    out += cat("weights after the run", name.empty() ? "" : cat(" (", name, ")"), ": ",
+               same ? cat("bitwise the same ", several ? "in every row" : "at every stage",
+                          " (checksum ", hex16(rs[i].checksum), ")", wire ? loss : "")
+                    : cat("DIFFERENT across stages or repetitions (", sums, ";", unequal,
+                          wire && !loss_same ? " final losses differ;" : "", ")"),
+               "\n");
   }
   if (all_same) *all_same = every;
   return out;
@@ -106,9 +131,11 @@ std::string agreement(const std::vector<StageResult>& rs, bool* all_same) {
 std::vector<Candidate> candidates(const std::vector<StageResult>& rs) {
   std::vector<Candidate> out;
   for (const StageResult& r : rs)
-    out.push_back(
-        {r.config.empty() ? cat("stage ", r.stage) : cat("stage ", r.stage, " (", r.config, ")"),
-         r.time, r.peak_most});
+    out.push_back({r.config.empty() && r.setting.empty()
+                       ? cat("stage ", r.stage)
+                       : cat("stage ", r.stage, " (", r.config,
+                             r.config.empty() || r.setting.empty() ? "" : ", ", r.setting, ")"),
+                   r.time, r.peak_most});
   return out;
 }
 
@@ -116,11 +143,15 @@ void print_compare(const std::vector<StageResult>& rs, const std::string& title,
                    bool tokens, std::optional<std::int64_t> budget,
                    const std::string& budget_text) {
   int w = 6;
-  for (const StageResult& r : rs) w = std::max(w, static_cast<int>(key(r).size()));
+  for (const StageResult& r : rs) w = std::max(w, static_cast<int>(r.key().size()));
   std::printf("\n%s\n\n", title.c_str());
   print_time_table(rs, w, tokens);
   print_memory_table(rs, w);
   print_traffic(rs, w);
+  const bool wire = std::any_of(rs.begin(), rs.end(), [](const StageResult& r) {
+    return !r.setting.empty();
+  });
+  if (wire) print_wire_table(rs, w);
   std::printf("\n%s", agreement(rs).c_str());
   if (peak.flops > 0) std::printf("MFU against %s\n", peak.source.c_str());
   const int reps = rs.empty() ? 0 : rs.front().time.repetitions;
@@ -184,6 +215,11 @@ boost::json::object to_json(const StageResult& r) {
             {"buffers", p.buffers},
             {"activations", p.activations},
             {"peak_total", r.plan.peak_total}}},
+          {"setting", r.setting},
+          {"traffic_by_group", traffic_json(r)},
+          {"wire_bytes", wire_total(r)},
+          {"residual_bytes", r.residual},
+          {"first_loss", r.first_loss},
           {"final_loss", r.final_loss},
           {"checksum", hex16(r.checksum)}};
 }
