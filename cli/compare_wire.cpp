@@ -1,6 +1,7 @@
 // What `zero compare --compress` adds to the report (cli/compare_wire.hpp).
 #include "cli/compare_wire.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace zero::cli {
@@ -49,19 +50,24 @@ std::uint64_t wire_total(const StageResult& r) {
 }
 
 std::string same_start(const std::vector<StageResult>& rs, bool* equal) {
-  const StageResult* dense = nullptr;
+  const auto dense_it = std::ranges::find_if(rs, [](const StageResult& r) {
+    return !r.int8_forward;
+  });
+  const StageResult* dense = dense_it == rs.end() ? nullptr : &*dense_it;
   bool same = true;
-  std::string int8_rows, losses;
+  std::string int8_rows, inert_rows, losses;
   for (const StageResult& r : rs) {
     char loss[48];
     std::snprintf(loss, sizeof loss, "%.9g", r.first_loss);
-    if (r.int8_forward) {
+    // A qwZ row that starts on dense's loss bit for bit quantised nothing it gathered.
+    if (r.int8_forward && dense && r.first_loss == dense->first_loss) {
+      inert_rows += cat(inert_rows.empty() ? "" : ", ", "stage ", r.key());
+    } else if (r.int8_forward) {
       int8_rows += cat(int8_rows.empty() ? "" : ", ", "stage ", r.key(), " ", loss);
-      continue;
+    } else {
+      same &= r.first_loss == dense->first_loss;
+      losses += cat(losses.empty() ? "" : ", ", "stage ", r.key(), " ", loss);
     }
-    if (!dense) dense = &r;
-    same &= r.first_loss == dense->first_loss;
-    losses += cat(losses.empty() ? "" : ", ", "stage ", r.key(), " ", loss);
   }
   if (equal) *equal = same;
   std::string out = "same start: every row from the same weights and the same batches; ";
@@ -77,6 +83,9 @@ std::string same_start(const std::vector<StageResult>& rs, bool* equal) {
   if (!int8_rows.empty())
     out += cat(dense ? " but " : " (", int8_rows, dense ? ", whose" : ":",
                " forward already reads int8-gathered weights", dense ? "" : ")");
+  if (!inert_rows.empty())
+    out += cat("; ", inert_rows, " start on dense's loss too: no unit they gather is sharded"
+               " (each under stage3_param_persistence_threshold), so qwZ quantises nothing there");
   return out + "\n";
 }
 
