@@ -118,6 +118,16 @@ with tempfile.TemporaryDirectory() as tmp:
               h["dense"]["secondary"]["wire_bytes"] == 0 and
               h["qwZ+qgZ+hpZ"]["shard"]["wire_bytes"] < h["dense"]["shard"]["wire_bytes"], str(h))
 
+    # At the default persistence threshold gpt-micro's units all stay gathered: qwZ has nothing
+    # to quantise, starts on dense's loss, and the report says so rather than claiming int8.
+    micro = [a for a in gpt if a not in ("--config", cfg)]
+    r = zero("compare", *micro, "--stages", "3", "--warmup", "0", "--steps", "1", "--repeats", "1",
+             "--compress", "dense,qwZ")
+    check("a qwZ row with no sharded unit is named as quantising nothing",
+          r.returncode == 0 and re.search(r"^same start: .* bit for bit in every row; stage 3 qwZ "
+                                          r"start on dense's loss too: .*quantises nothing",
+                                          r.stdout, re.M), r.stdout + r.stderr)
+
     check(*one_error("a setting that is none is refused, naming it",
                      zero("compare", "--compress", "dense,int3"), "--compress: 'int3' is not a setting"))
     check(*one_error("a setting listed twice is refused", zero("compare", "--compress", "int8,INT8"),
