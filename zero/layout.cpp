@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "base/error.hpp"
+#include "kernels/muon_math.hpp"
 
 namespace zero {
 namespace {
@@ -112,15 +113,17 @@ std::vector<Bucket> plan_buckets(std::vector<UnitLayout>& units, std::int64_t li
   return buckets;
 }
 
-// Offsets of one unit's params with `whole` ones never cut at a multiple of `shard`, the end of
-// the last, or -1 when they do not fit in `ranks` shards of `shard` elements.
+// Offsets of one unit's params with `whole` ones, and every other that fits in a shard, never
+// cut at a multiple of `shard` (so that the shards can change places: balance_shards), the end
+// of the last, or -1 when they do not fit in `ranks` shards of `shard` elements.
 std::int64_t place_whole(const std::vector<std::int64_t>& numel, const std::vector<bool>& whole,
                          std::int64_t shard, int ranks, std::int64_t align,
                          std::vector<std::int64_t>& offsets) {
   std::int64_t end = 0;
   for (std::size_t i = 0; i < numel.size(); ++i) {
     std::int64_t at = (end + align - 1) / align * align;
-    if (whole[i] && at / shard != (at + numel[i] - 1) / shard) at = (at / shard + 1) * shard;
+    const bool keep = whole[i] || numel[i] <= shard;
+    if (keep && at / shard != (at + numel[i] - 1) / shard) at = (at / shard + 1) * shard;
     offsets[i] = at;
     end = at + numel[i];
     if (end > shard * ranks) return -1;
@@ -146,6 +149,32 @@ std::int64_t whole_shard_size(const std::vector<std::int64_t>& numel,
 
 }  // namespace
 
+double whole_param_cost(const std::vector<std::int64_t>& shape) {
+  if (shape.size() != 2) return 0.0;
+  return kernels::muon_ns_flops(shape[0], shape[1]);
+}
+
+std::vector<int> balance_shards(const std::vector<double>& cost, std::vector<double>& load) {
+  const std::size_t n = cost.size();
+  if (load.size() != n)
+    throw Error(cat("balance_shards: ", n, " shard costs for ", load.size(), " ranks' loads"));
+  std::vector<std::size_t> order(n);
+  for (std::size_t s = 0; s < n; ++s) order[s] = s;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return cost[a] > cost[b]; });
+  std::vector<int> rank_of(n, -1);
+  std::vector<bool> taken(n, false);
+  for (std::size_t s : order) {
+    std::size_t best = n;
+    for (std::size_t r = 0; r < n; ++r)
+      if (!taken[r] && (best == n || load[r] < load[best])) best = r;
+    taken[best] = true;
+    rank_of[s] = static_cast<int>(best);
+    load[best] += cost[s];
+  }
+  return rank_of;
+}
+
 Range UnitLayout::shard_range(int rank) const {
   const std::int64_t n = shard_numel > 0 ? padded_numel / shard_numel : 0;
   if (rank < 0 || rank >= n)
@@ -167,6 +196,9 @@ std::vector<ShardPiece> Layout::shard_pieces(int unit, int rank) const {
     if (begin >= end) continue;
     pieces.push_back({p, begin - pl.offset, begin - shard.begin, end - begin});
   }
+  // Balanced whole params (make_layout) need not lie in registration order.
+  std::sort(pieces.begin(), pieces.end(),
+            [](const ShardPiece& a, const ShardPiece& b) { return a.shard_offset < b.shard_offset; });
   return pieces;
 }
 
@@ -179,9 +211,11 @@ std::optional<int> Layout::param_index(std::string_view name) const {
 namespace {
 
 // A unit laid out by the padding rule, redone by the whole-params rule (make_layout) when it
-// holds any whole param and is sharded over N > 1 ranks; every whole param gets its owner.
+// holds any whole param and is sharded over N > 1 ranks; its shards then go to ranks by
+// balance_shards over `load` (each rank's cost so far), and every whole param gets its owner.
 void place_unit_whole(Layout& layout, UnitLayout& unit,
-                      const std::unordered_set<std::string_view>& whole_names) {
+                      const std::unordered_set<std::string_view>& whole_names,
+                      std::vector<double>& load) {
   const int ranks = layout.options.shard_ranks;
   std::vector<std::int64_t> numel, offsets;
   std::vector<bool> whole;
@@ -190,18 +224,38 @@ void place_unit_whole(Layout& layout, UnitLayout& unit,
     whole.push_back(whole_names.contains(layout.params[static_cast<std::size_t>(p)].name));
   }
   if (std::find(whole.begin(), whole.end(), true) == whole.end()) return;
-  std::int64_t shard = unit.padded_numel / ranks;
-  if (ranks > 1) {
-    shard = whole_shard_size(numel, whole, ranks, layout.options.align_elements, offsets);
-    unit.padded_numel = shard * ranks;
+  if (ranks == 1) {
+    for (std::size_t i = 0; i < numel.size(); ++i)
+      if (whole[i]) layout.params[static_cast<std::size_t>(unit.first_param) + i].owner = 0;
+    return;
+  }
+  const std::int64_t shard =
+      whole_shard_size(numel, whole, ranks, layout.options.align_elements, offsets);
+  unit.padded_numel = shard * ranks;
+  std::vector<double> cost(static_cast<std::size_t>(ranks), 0.0);
+  bool movable = true;  // no param cut by a shard boundary (only one larger than a shard can be)
+  for (std::size_t i = 0; i < numel.size(); ++i) {
+    movable = movable && offsets[i] / shard == (offsets[i] + numel[i] - 1) / shard;
+    if (!whole[i]) continue;
+    const auto& shape = layout.params[static_cast<std::size_t>(unit.first_param) + i].shape;
+    cost[static_cast<std::size_t>(offsets[i] / shard)] += whole_param_cost(shape);
+  }
+  std::vector<int> rank_of(static_cast<std::size_t>(ranks));
+  if (movable) {
+    rank_of = balance_shards(cost, load);
+  } else {
+    for (int r = 0; r < ranks; ++r) {
+      rank_of[static_cast<std::size_t>(r)] = r;
+      load[static_cast<std::size_t>(r)] += cost[static_cast<std::size_t>(r)];
+    }
   }
   for (std::size_t i = 0; i < numel.size(); ++i) {
     ParamLayout& pl = layout.params[static_cast<std::size_t>(unit.first_param) + i];
-    if (ranks > 1) {
-      pl.offset = offsets[i];
-      pl.global_offset = unit.offset + pl.offset;
-    }
-    if (whole[i]) pl.owner = static_cast<int>(pl.offset / shard);
+    const std::int64_t slot = offsets[i] / shard;
+    const int rank = rank_of[static_cast<std::size_t>(slot)];
+    pl.offset = rank * shard + offsets[i] - slot * shard;
+    pl.global_offset = unit.offset + pl.offset;
+    if (whole[i]) pl.owner = rank;
   }
 }
 
@@ -220,6 +274,7 @@ Layout make_layout(const std::vector<UnitSpec>& specs, const LayoutOptions& opti
   std::unordered_map<std::string_view, int> unit_of_name;  // param name -> unit, for duplicates
   const std::unordered_set<std::string_view> whole_names(options.whole_params.begin(),
                                                          options.whole_params.end());
+  std::vector<double> load(static_cast<std::size_t>(options.shard_ranks), 0.0);  // by rank
   std::size_t tensors = 0;
   for (const UnitSpec& spec : specs) tensors += spec.params.size();
   unit_of_name.reserve(tensors);
@@ -263,7 +318,7 @@ Layout make_layout(const std::vector<UnitSpec>& specs, const LayoutOptions& opti
     }
 
     unit.padded_numel = round_up(end, unit_multiple, unit_what);
-    if (!whole_names.empty()) place_unit_whole(layout, unit, whole_names);
+    if (!whole_names.empty()) place_unit_whole(layout, unit, whole_names, load);
     unit.shard_numel = unit.padded_numel / options.shard_ranks;
     unit.shard_offset = unit.offset / options.shard_ranks;  // every unit offset divides by N
     unit.persistent = unit.numel < options.persistence_threshold;

@@ -47,9 +47,25 @@ std::vector<std::string> muon_params(const std::vector<UnitSpec>& units, const O
 
 void add_newton_schulz_flops(const Layout& layout, int u, std::map<int, double>& by_owner) {
   const UnitLayout& U = layout.units[static_cast<std::size_t>(u)];
-  for (int q = U.first_param; q < U.first_param + U.param_count; ++q)
-    if (const ParamLayout& p = layout.params[static_cast<std::size_t>(q)]; p.owner >= 0)
-      by_owner[p.owner] += kernels::muon_ns_flops(p.shape[0], p.shape[1]);
+  const int ranks = layout.options.shard_ranks;
+  std::vector<double> cost(static_cast<std::size_t>(ranks), 0.0);  // by owner in `layout`
+  bool owned = false, movable = true;  // as make_layout decides: no param cut by a shard boundary
+  for (int q = U.first_param; q < U.first_param + U.param_count; ++q) {
+    const ParamLayout& p = layout.params[static_cast<std::size_t>(q)];
+    movable = movable && p.offset / U.shard_numel == (p.offset + p.numel - 1) / U.shard_numel;
+    if (p.owner < 0) continue;
+    owned = true;
+    cost[static_cast<std::size_t>(p.owner)] += kernels::muon_ns_flops(p.shape[0], p.shape[1]);
+  }
+  if (!owned) return;
+  std::vector<double> load(cost.size(), 0.0);
+  for (int r = 0; r < ranks; ++r)
+    if (const auto it = by_owner.find(r); it != by_owner.end())
+      load[static_cast<std::size_t>(r)] = it->second;
+  std::vector<int> rank_of(cost.size());
+  for (int r = 0; r < ranks; ++r) rank_of[static_cast<std::size_t>(r)] = r;
+  if (ranks > 1 && movable) rank_of = balance_shards(cost, load);
+  for (std::size_t r = 0; r < cost.size(); ++r) by_owner[rank_of[r]] += cost[r];
 }
 
 std::pair<double, double> newton_schulz_load(const std::map<int, double>& by_owner, int ranks,
