@@ -197,8 +197,9 @@ std::vector<ShardPiece> Layout::shard_pieces(int unit, int rank) const {
     pieces.push_back({p, begin - pl.offset, begin - shard.begin, end - begin});
   }
   // Balanced whole params (make_layout) need not lie in registration order.
-  std::sort(pieces.begin(), pieces.end(),
-            [](const ShardPiece& a, const ShardPiece& b) { return a.shard_offset < b.shard_offset; });
+  std::sort(pieces.begin(), pieces.end(), [](const ShardPiece& a, const ShardPiece& b) {
+    return a.shard_offset < b.shard_offset;
+  });
   return pieces;
 }
 

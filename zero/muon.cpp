@@ -129,15 +129,15 @@ class MuonOptimizer final : public Optimizer {
     muon_.clear();
     for (int g = -1; g < static_cast<int>(c.param_groups.size()); ++g) {
       const double scale = g < 0 ? 1.0 : c.param_groups[static_cast<std::size_t>(g)].lr_scale;
-      const double wd = g < 0 ? o.weight_decay
-                              : c.param_groups[static_cast<std::size_t>(g)].weight_decay.value_or(
-                                    o.weight_decay);
+      const double wd =
+          g < 0 ? o.weight_decay
+                : c.param_groups[static_cast<std::size_t>(g)].weight_decay.value_or(o.weight_decay);
       kernels::AdamHyper hg = h;
       hg.weight_decay = wd;
       adam_.push_back(kernels::make_adam_step(hg, s.lr * scale, s.step, s.grad_scale));
-      muon_.push_back({o.momentum, o.nesterov, wd,
-                       o.match_rms_adamw ? kernels::MuonScale::match_rms_adamw
-                                         : kernels::MuonScale::original});
+      muon_.push_back(
+          {o.momentum, o.nesterov, wd,
+           o.match_rms_adamw ? kernels::MuonScale::match_rms_adamw : kernels::MuonScale::original});
       muon_lr_.resize(muon_.size());
       muon_lr_.back() = muon_lr * scale;
     }
@@ -153,13 +153,14 @@ class MuonOptimizer final : public Optimizer {
     for (int q = U.first_param; q < U.first_param + U.param_count; ++q) {
       const ParamLayout& pl = layout.params[static_cast<std::size_t>(q)];
       if (pl.owner >= 0)
-        scratch_floats = std::max(scratch_floats, kernels::muon_scratch_floats(pl.shape[0], pl.shape[1]));
+        scratch_floats =
+            std::max(scratch_floats, kernels::muon_scratch_floats(pl.shape[0], pl.shape[1]));
     }
     Allocation scratch;
     if (scratch_floats > 0)  // where the state is, next to what it is made from
-      scratch = ctx_.ledger.allocate_unset(Category::step_scratch,
-                                           static_cast<std::size_t>(bytes(scratch_floats, DType::f32)),
-                                           ctx_.state_mem());
+      scratch = ctx_.ledger.allocate_unset(
+          Category::step_scratch, static_cast<std::size_t>(bytes(scratch_floats, DType::f32)),
+          ctx_.state_mem());
     for (std::size_t k = first(r.unit); k < last(r.unit); ++k) {
       const UpdateSegment& sg = slots_[k];
       const auto gi = static_cast<std::size_t>(sg.group + 1);
@@ -191,7 +192,7 @@ class MuonOptimizer final : public Optimizer {
   std::vector<UpdateSegment> slots_;
   std::vector<int> matrix_;  // per slot: the Muon matrix's param, or -1 (AdamW)
   std::vector<std::size_t> first_;
-  std::vector<kernels::AdamStep> adam_;   // [0]: the optimizer's own, [g + 1]: group g
+  std::vector<kernels::AdamStep> adam_;  // [0]: the optimizer's own, [g + 1]: group g
   std::vector<kernels::MuonHyper> muon_;
   std::vector<double> muon_lr_;
   float grad_scale_ = 1.0f;

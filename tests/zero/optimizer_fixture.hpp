@@ -55,7 +55,8 @@ inline std::unique_ptr<Engine> make_engine(comm::Communicator& w, const Config& 
 
 // The first element whose bits differ from `want` (per param, its fp32 bits), or "" when none
 // does. A collective: every rank calls it.
-inline std::string first_difference(Engine& e, const std::vector<std::vector<std::uint32_t>>& want) {
+inline std::string first_difference(Engine& e,
+                                    const std::vector<std::vector<std::uint32_t>>& want) {
   std::vector<std::vector<float>> all;  // gathered first: gather_master is a collective
   for (int p = 0; p < static_cast<int>(want.size()); ++p) all.push_back(e.gather_master(p));
   for (std::size_t p = 0; p < want.size(); ++p) {

@@ -17,7 +17,9 @@ using namespace zero;
 
 namespace {
 
-std::vector<UnitSpec> gpt(const char* preset) { return models::gpt_units(*models::gpt_preset(preset)); }
+std::vector<UnitSpec> gpt(const char* preset) {
+  return models::gpt_units(*models::gpt_preset(preset));
+}
 
 LayoutOptions whole(const std::vector<UnitSpec>& units, int ranks) {
   LayoutOptions o;
