@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <iomanip>
+#include <map>
+#include <set>
 #include <sstream>
 #include <type_traits>
 #include <unordered_map>
@@ -154,23 +156,29 @@ double whole_param_cost(const std::vector<std::int64_t>& shape) {
   return kernels::muon_ns_flops(shape[0], shape[1]);
 }
 
-std::vector<int> balance_shards(const std::vector<double>& cost, std::vector<double>& load) {
-  const std::size_t n = cost.size();
-  if (load.size() != n)
-    throw Error(cat("balance_shards: ", n, " shard costs for ", load.size(), " ranks' loads"));
-  std::vector<std::size_t> order(n);
-  for (std::size_t s = 0; s < n; ++s) order[s] = s;
+std::vector<int> balance_shards(const std::vector<ShardCost>& shards, int ranks,
+                                std::map<int, double>& load) {
+  std::vector<std::size_t> order(shards.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
   std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return cost[a] > cost[b]; });
-  std::vector<int> rank_of(n, -1);
-  std::vector<bool> taken(n, false);
-  for (std::size_t s : order) {
-    std::size_t best = n;
-    for (std::size_t r = 0; r < n; ++r)
-      if (!taken[r] && (best == n || load[r] < load[best])) best = r;
-    taken[best] = true;
-    rank_of[s] = static_cast<int>(best);
-    load[best] += cost[s];
+                   [&](std::size_t a, std::size_t b) { return shards[a].cost > shards[b].cost; });
+  std::vector<int> rank_of(shards.size(), -1);
+  std::set<int> taken;
+  for (std::size_t k : order) {
+    // The least loaded rank not taken, ties to the lower: the first idle one (no load yet),
+    // or the least loaded of those with a load if none is idle or one with a load is lower.
+    int idle = 0;
+    while (idle < ranks && (taken.contains(idle) || load.contains(idle))) ++idle;
+    int best = idle < ranks ? idle : -1;
+    for (const auto& [r, l] : load) {
+      if (taken.contains(r)) continue;
+      const double lb = best < 0 ? 0.0 : load.contains(best) ? load.at(best) : 0.0;
+      if (best < 0 || l < lb || (l == lb && r < best)) best = r;
+    }
+    if (best < 0) std::abort();  // more shards than ranks: a broken caller, not a user error
+    taken.insert(best);
+    rank_of[k] = best;
+    load[best] += shards[k].cost;
   }
   return rank_of;
 }
@@ -216,7 +224,7 @@ namespace {
 // balance_shards over `load` (each rank's cost so far), and every whole param gets its owner.
 void place_unit_whole(Layout& layout, UnitLayout& unit,
                       const std::unordered_set<std::string_view>& whole_names,
-                      std::vector<double>& load) {
+                      std::map<int, double>& load) {
   const int ranks = layout.options.shard_ranks;
   std::vector<std::int64_t> numel, offsets;
   std::vector<bool> whole;
@@ -233,30 +241,34 @@ void place_unit_whole(Layout& layout, UnitLayout& unit,
   const std::int64_t shard =
       whole_shard_size(numel, whole, ranks, layout.options.align_elements, offsets);
   unit.padded_numel = shard * ranks;
-  std::vector<double> cost(static_cast<std::size_t>(ranks), 0.0);
+  // The shards that hold params (at most one per param; the others are padding only).
+  std::vector<ShardCost> shards;
   bool movable = true;  // no param cut by a shard boundary (only one larger than a shard can be)
   for (std::size_t i = 0; i < numel.size(); ++i) {
-    movable = movable && offsets[i] / shard == (offsets[i] + numel[i] - 1) / shard;
-    if (!whole[i]) continue;
-    const auto& shape = layout.params[static_cast<std::size_t>(unit.first_param) + i].shape;
-    cost[static_cast<std::size_t>(offsets[i] / shard)] += whole_param_cost(shape);
+    const std::int64_t slot = offsets[i] / shard;
+    movable = movable && slot == (offsets[i] + numel[i] - 1) / shard;
+    if (shards.empty() || shards.back().shard != slot) shards.push_back({slot, 0.0});
+    if (whole[i])
+      shards.back().cost +=
+          whole_param_cost(layout.params[static_cast<std::size_t>(unit.first_param) + i].shape);
   }
-  std::vector<int> rank_of(static_cast<std::size_t>(ranks));
+  std::map<std::int64_t, int> rank_of;  // shard -> rank
   if (movable) {
-    rank_of = balance_shards(cost, load);
+    const std::vector<int> r = balance_shards(shards, ranks, load);
+    for (std::size_t k = 0; k < shards.size(); ++k) rank_of[shards[k].shard] = r[k];
   } else {
-    for (int r = 0; r < ranks; ++r) {
-      rank_of[static_cast<std::size_t>(r)] = r;
-      load[static_cast<std::size_t>(r)] += cost[static_cast<std::size_t>(r)];
+    for (const ShardCost& c : shards) {
+      if (c.cost > 0) load[static_cast<int>(c.shard)] += c.cost;
     }
   }
   for (std::size_t i = 0; i < numel.size(); ++i) {
     ParamLayout& pl = layout.params[static_cast<std::size_t>(unit.first_param) + i];
     const std::int64_t slot = offsets[i] / shard;
-    const int rank = rank_of[static_cast<std::size_t>(slot)];
+    const auto it = rank_of.find(slot);
+    const std::int64_t rank = it == rank_of.end() ? slot : it->second;  // a cut param's: in place
     pl.offset = rank * shard + offsets[i] - slot * shard;
     pl.global_offset = unit.offset + pl.offset;
-    if (whole[i]) pl.owner = rank;
+    if (whole[i]) pl.owner = static_cast<int>(rank);
   }
 }
 
@@ -275,7 +287,7 @@ Layout make_layout(const std::vector<UnitSpec>& specs, const LayoutOptions& opti
   std::unordered_map<std::string_view, int> unit_of_name;  // param name -> unit, for duplicates
   const std::unordered_set<std::string_view> whole_names(options.whole_params.begin(),
                                                          options.whole_params.end());
-  std::vector<double> load(static_cast<std::size_t>(options.shard_ranks), 0.0);  // by rank
+  std::map<int, double> load;  // by rank: whole params' cost so far (absent: none yet)
   std::size_t tensors = 0;
   for (const UnitSpec& spec : specs) tensors += spec.params.size();
   unit_of_name.reserve(tensors);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -53,7 +54,7 @@ struct ParamLayout {
   std::int64_t numel = 0;           // product of shape
   std::int64_t offset = 0;  // start in the unit's flat buffer; a multiple of align_elements (with
                             // whole params, not necessarily ascending with the param's index)
-  std::int64_t global_offset = 0;   // start in the global flat buffer: unit offset + offset
+  std::int64_t global_offset = 0;  // start in the global flat buffer: unit offset + offset
   int owner = -1;  // the rank whose shard holds it whole (LayoutOptions::whole_params), or -1
 };
 
@@ -123,12 +124,21 @@ Layout make_layout(const std::vector<UnitSpec>& units, const LayoutOptions& opti
 // (kernels::muon_ns_flops: 5 x (4 m^2 n + 2 m^3 + 3 m n), m <= n), 0 otherwise.
 double whole_param_cost(const std::vector<std::int64_t>& shape);
 
-// Assigns one unit's shards (cost[s]: the cost of the whole params in shard s, as placed in
-// order) to ranks, largest cost first, each to the least loaded rank not yet given one of the
-// unit's shards (ties: the lower shard, the lower rank), and adds each cost to its rank's
-// `load`; returns rank_of[s]. The loads it leaves depend only on the costs' values, not on
-// which shard holds which, so the planner's one layout per distinct unit gives the same loads.
-std::vector<int> balance_shards(const std::vector<double>& cost, std::vector<double>& load);
+// One shard of a unit as make_layout places its params in order: its index, and the cost of the
+// whole params in it.
+struct ShardCost {
+  std::int64_t shard = 0;
+  double cost = 0;
+};
+
+// Assigns the shards of one unit that hold params (`shards`, each once; the others hold padding
+// only and take the ranks left) to distinct ranks of `ranks`, largest cost first, each to the
+// least loaded rank not yet given one (ties: the earlier shard in `shards`, the lower rank), and
+// adds each cost to its rank's `load` (absent: 0); returns each listed shard's rank. The loads it
+// leaves depend only on the costs' values, not on which shard holds which, so the planner's one
+// layout per distinct unit gives the same loads. Memory: the listed shards and loaded ranks only.
+std::vector<int> balance_shards(const std::vector<ShardCost>& shards, int ranks,
+                                std::map<int, double>& load);
 
 // "[768, 2304]": a shape as error messages and reports write it.
 std::string shape_text(const std::vector<std::int64_t>& shape);

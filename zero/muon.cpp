@@ -4,6 +4,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <span>
 
 #include "zero/backend.hpp"
 
@@ -47,25 +48,26 @@ std::vector<std::string> muon_params(const std::vector<UnitSpec>& units, const O
 
 void add_newton_schulz_flops(const Layout& layout, int u, std::map<int, double>& by_owner) {
   const UnitLayout& U = layout.units[static_cast<std::size_t>(u)];
-  const int ranks = layout.options.shard_ranks;
-  std::vector<double> cost(static_cast<std::size_t>(ranks), 0.0);  // by owner in `layout`
-  bool owned = false, movable = true;  // as make_layout decides: no param cut by a shard boundary
-  for (int q = U.first_param; q < U.first_param + U.param_count; ++q) {
-    const ParamLayout& p = layout.params[static_cast<std::size_t>(q)];
-    movable = movable && p.offset / U.shard_numel == (p.offset + p.numel - 1) / U.shard_numel;
-    if (p.owner < 0) continue;
-    owned = true;
-    cost[static_cast<std::size_t>(p.owner)] += kernels::muon_ns_flops(p.shape[0], p.shape[1]);
+  const auto params = std::span(layout.params)
+                          .subspan(static_cast<std::size_t>(U.first_param),
+                                   static_cast<std::size_t>(U.param_count));
+  if (std::ranges::none_of(params, [](const ParamLayout& p) { return p.owner >= 0; })) return;
+  // The shards holding params, by rank in `layout`, and their cost (make_layout's ShardCost).
+  std::map<std::int64_t, double> cost;
+  bool movable = true;  // as make_layout decides: no param cut by a shard boundary
+  for (const ParamLayout& p : params) {
+    const std::int64_t shard = p.offset / U.shard_numel;
+    movable = movable && shard == (p.offset + p.numel - 1) / U.shard_numel;
+    cost[shard] += p.owner >= 0 ? kernels::muon_ns_flops(p.shape[0], p.shape[1]) : 0.0;
   }
-  if (!owned) return;
-  std::vector<double> load(cost.size(), 0.0);
-  for (int r = 0; r < ranks; ++r)
-    if (const auto it = by_owner.find(r); it != by_owner.end())
-      load[static_cast<std::size_t>(r)] = it->second;
-  std::vector<int> rank_of(cost.size());
-  for (int r = 0; r < ranks; ++r) rank_of[static_cast<std::size_t>(r)] = r;
-  if (ranks > 1 && movable) rank_of = balance_shards(cost, load);
-  for (std::size_t r = 0; r < cost.size(); ++r) by_owner[rank_of[r]] += cost[r];
+  std::vector<ShardCost> shards;
+  for (const auto& [shard, c] : cost) shards.push_back({shard, c});
+  if (layout.options.shard_ranks == 1 || !movable) {
+    for (const ShardCost& s : shards)
+      if (s.cost > 0) by_owner[static_cast<int>(s.shard)] += s.cost;
+    return;
+  }
+  balance_shards(shards, layout.options.shard_ranks, by_owner);
 }
 
 std::pair<double, double> newton_schulz_load(const std::map<int, double>& by_owner, int ranks,

@@ -122,6 +122,20 @@ TEST_CASE("The planner and the time model report the engine's balanced Newton-Sc
     }
 }
 
+TEST_CASE("Balancing holds memory for the shards that hold params, not for every rank") {
+  // 2^30 ranks: a vector of loads per rank would be 8 GiB per unit.
+  const std::vector<UnitSpec> units = gpt("gpt-nano");
+  const int ranks = 1 << 30;
+  const Layout L = make_layout(units, whole(units, ranks));
+  std::vector<int> owners;
+  for (const ParamLayout& p : L.params)
+    if (p.owner >= 0) owners.push_back(p.owner);
+  std::ranges::sort(owners);
+  CHECK(owners.size() == 16);  // 4 blocks of 4 matrices, each on a rank of its own
+  CHECK(std::ranges::adjacent_find(owners) == owners.end());
+  CHECK(owners.back() < ranks);
+}
+
 TEST_CASE("A unit whose shards a large param cuts keeps them in rank order, in the plan too") {
   // big.b (1000 elements) is larger than a shard of its unit, so it is cut; m.w stays in the
   // shard where it falls (rank 1) in every unit instead of moving to the least loaded rank.
