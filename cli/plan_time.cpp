@@ -226,6 +226,10 @@ std::string describe_times(const std::vector<Plan>& plans, const std::vector<Ste
   row("comm, exposed", [](const StepTime& s) { return seconds_text(s.comm_exposed); });
   row("compute", [](const StepTime& s) { return seconds_text(s.compute); });
   row("optimizer step", [](const StepTime& s) { return seconds_text(s.optimizer); });
+  bool any_ns = false;  // Muon: Newton-Schulz on the busiest rank, part of the optimizer step
+  for (const StepTime& s : steps) any_ns |= s.newton_schulz > 0;
+  if (any_ns)
+    row("  Newton-Schulz", [](const StepTime& s) { return seconds_text(s.newton_schulz); });
   row("offload transfers", [](const StepTime& s) { return seconds_text(s.offload); });
   row("step", [](const StepTime& s) { return seconds_text(s.step); });
   row("tokens/s", [](const StepTime& s) { return with_commas(s.tokens_per_second); });

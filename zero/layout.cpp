@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <iomanip>
+#include <map>
+#include <set>
 #include <sstream>
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "base/error.hpp"
+#include "kernels/muon_math.hpp"
 
 namespace zero {
 namespace {
@@ -112,15 +115,17 @@ std::vector<Bucket> plan_buckets(std::vector<UnitLayout>& units, std::int64_t li
   return buckets;
 }
 
-// Offsets of one unit's params with `whole` ones never cut at a multiple of `shard`, the end of
-// the last, or -1 when they do not fit in `ranks` shards of `shard` elements.
+// Offsets of one unit's params with `whole` ones, and every other that fits in a shard, never
+// cut at a multiple of `shard` (so that the shards can change places: balance_shards), the end
+// of the last, or -1 when they do not fit in `ranks` shards of `shard` elements.
 std::int64_t place_whole(const std::vector<std::int64_t>& numel, const std::vector<bool>& whole,
                          std::int64_t shard, int ranks, std::int64_t align,
                          std::vector<std::int64_t>& offsets) {
   std::int64_t end = 0;
   for (std::size_t i = 0; i < numel.size(); ++i) {
     std::int64_t at = (end + align - 1) / align * align;
-    if (whole[i] && at / shard != (at + numel[i] - 1) / shard) at = (at / shard + 1) * shard;
+    const bool keep = whole[i] || numel[i] <= shard;
+    if (keep && at / shard != (at + numel[i] - 1) / shard) at = (at / shard + 1) * shard;
     offsets[i] = at;
     end = at + numel[i];
     if (end > shard * ranks) return -1;
@@ -146,6 +151,38 @@ std::int64_t whole_shard_size(const std::vector<std::int64_t>& numel,
 
 }  // namespace
 
+double whole_param_cost(const std::vector<std::int64_t>& shape) {
+  if (shape.size() != 2) return 0.0;
+  return kernels::muon_ns_flops(shape[0], shape[1]);
+}
+
+std::vector<int> balance_shards(const std::vector<ShardCost>& shards, int ranks,
+                                std::map<int, double>& load) {
+  std::vector<std::size_t> order(shards.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return shards[a].cost > shards[b].cost; });
+  std::vector<int> rank_of(shards.size(), -1);
+  std::set<int> taken;
+  for (std::size_t k : order) {
+    // The least loaded rank not taken, ties to the lower: the first idle one (no load yet),
+    // or the least loaded of those with a load if none is idle or one with a load is lower.
+    int idle = 0;
+    while (idle < ranks && (taken.contains(idle) || load.contains(idle))) ++idle;
+    int best = idle < ranks ? idle : -1;
+    for (const auto& [r, l] : load) {
+      if (taken.contains(r)) continue;
+      const double lb = best < 0 ? 0.0 : load.contains(best) ? load.at(best) : 0.0;
+      if (best < 0 || l < lb || (l == lb && r < best)) best = r;
+    }
+    if (best < 0) std::abort();  // more shards than ranks: a broken caller, not a user error
+    taken.insert(best);
+    rank_of[k] = best;
+    load[best] += shards[k].cost;
+  }
+  return rank_of;
+}
+
 Range UnitLayout::shard_range(int rank) const {
   const std::int64_t n = shard_numel > 0 ? padded_numel / shard_numel : 0;
   if (rank < 0 || rank >= n)
@@ -167,6 +204,10 @@ std::vector<ShardPiece> Layout::shard_pieces(int unit, int rank) const {
     if (begin >= end) continue;
     pieces.push_back({p, begin - pl.offset, begin - shard.begin, end - begin});
   }
+  // Balanced whole params (make_layout) need not lie in registration order.
+  std::sort(pieces.begin(), pieces.end(), [](const ShardPiece& a, const ShardPiece& b) {
+    return a.shard_offset < b.shard_offset;
+  });
   return pieces;
 }
 
@@ -179,9 +220,11 @@ std::optional<int> Layout::param_index(std::string_view name) const {
 namespace {
 
 // A unit laid out by the padding rule, redone by the whole-params rule (make_layout) when it
-// holds any whole param and is sharded over N > 1 ranks; every whole param gets its owner.
+// holds any whole param and is sharded over N > 1 ranks; its shards then go to ranks by
+// balance_shards over `load` (each rank's cost so far), and every whole param gets its owner.
 void place_unit_whole(Layout& layout, UnitLayout& unit,
-                      const std::unordered_set<std::string_view>& whole_names) {
+                      const std::unordered_set<std::string_view>& whole_names,
+                      std::map<int, double>& load) {
   const int ranks = layout.options.shard_ranks;
   std::vector<std::int64_t> numel, offsets;
   std::vector<bool> whole;
@@ -190,18 +233,42 @@ void place_unit_whole(Layout& layout, UnitLayout& unit,
     whole.push_back(whole_names.contains(layout.params[static_cast<std::size_t>(p)].name));
   }
   if (std::find(whole.begin(), whole.end(), true) == whole.end()) return;
-  std::int64_t shard = unit.padded_numel / ranks;
-  if (ranks > 1) {
-    shard = whole_shard_size(numel, whole, ranks, layout.options.align_elements, offsets);
-    unit.padded_numel = shard * ranks;
+  if (ranks == 1) {
+    for (std::size_t i = 0; i < numel.size(); ++i)
+      if (whole[i]) layout.params[static_cast<std::size_t>(unit.first_param) + i].owner = 0;
+    return;
+  }
+  const std::int64_t shard =
+      whole_shard_size(numel, whole, ranks, layout.options.align_elements, offsets);
+  unit.padded_numel = shard * ranks;
+  // The shards that hold params (at most one per param; the others are padding only).
+  std::vector<ShardCost> shards;
+  bool movable = true;  // no param cut by a shard boundary (only one larger than a shard can be)
+  for (std::size_t i = 0; i < numel.size(); ++i) {
+    const std::int64_t slot = offsets[i] / shard;
+    movable = movable && slot == (offsets[i] + numel[i] - 1) / shard;
+    if (shards.empty() || shards.back().shard != slot) shards.push_back({slot, 0.0});
+    if (whole[i])
+      shards.back().cost +=
+          whole_param_cost(layout.params[static_cast<std::size_t>(unit.first_param) + i].shape);
+  }
+  std::map<std::int64_t, int> rank_of;  // shard -> rank
+  if (movable) {
+    const std::vector<int> r = balance_shards(shards, ranks, load);
+    for (std::size_t k = 0; k < shards.size(); ++k) rank_of[shards[k].shard] = r[k];
+  } else {
+    for (const ShardCost& c : shards) {
+      if (c.cost > 0) load[static_cast<int>(c.shard)] += c.cost;
+    }
   }
   for (std::size_t i = 0; i < numel.size(); ++i) {
     ParamLayout& pl = layout.params[static_cast<std::size_t>(unit.first_param) + i];
-    if (ranks > 1) {
-      pl.offset = offsets[i];
-      pl.global_offset = unit.offset + pl.offset;
-    }
-    if (whole[i]) pl.owner = static_cast<int>(pl.offset / shard);
+    const std::int64_t slot = offsets[i] / shard;
+    const auto it = rank_of.find(slot);
+    const std::int64_t rank = it == rank_of.end() ? slot : it->second;  // a cut param's: in place
+    pl.offset = rank * shard + offsets[i] - slot * shard;
+    pl.global_offset = unit.offset + pl.offset;
+    if (whole[i]) pl.owner = static_cast<int>(rank);
   }
 }
 
@@ -220,6 +287,7 @@ Layout make_layout(const std::vector<UnitSpec>& specs, const LayoutOptions& opti
   std::unordered_map<std::string_view, int> unit_of_name;  // param name -> unit, for duplicates
   const std::unordered_set<std::string_view> whole_names(options.whole_params.begin(),
                                                          options.whole_params.end());
+  std::map<int, double> load;  // by rank: whole params' cost so far (absent: none yet)
   std::size_t tensors = 0;
   for (const UnitSpec& spec : specs) tensors += spec.params.size();
   unit_of_name.reserve(tensors);
@@ -263,7 +331,7 @@ Layout make_layout(const std::vector<UnitSpec>& specs, const LayoutOptions& opti
     }
 
     unit.padded_numel = round_up(end, unit_multiple, unit_what);
-    if (!whole_names.empty()) place_unit_whole(layout, unit, whole_names);
+    if (!whole_names.empty()) place_unit_whole(layout, unit, whole_names, load);
     unit.shard_numel = unit.padded_numel / options.shard_ranks;
     unit.shard_offset = unit.offset / options.shard_ranks;  // every unit offset divides by N
     unit.persistent = unit.numel < options.persistence_threshold;

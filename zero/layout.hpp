@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -51,8 +52,9 @@ struct ParamLayout {
   std::vector<std::int64_t> shape;  // from ParamSpec
   int unit = 0;                     // index of the owning unit in Layout::units
   std::int64_t numel = 0;           // product of shape
-  std::int64_t offset = 0;          // start in the unit's flat buffer; a multiple of align_elements
-  std::int64_t global_offset = 0;   // start in the global flat buffer: unit offset + offset
+  std::int64_t offset = 0;  // start in the unit's flat buffer; a multiple of align_elements (with
+                            // whole params, not necessarily ascending with the param's index)
+  std::int64_t global_offset = 0;  // start in the global flat buffer: unit offset + offset
   int owner = -1;  // the rank whose shard holds it whole (LayoutOptions::whole_params), or -1
 };
 
@@ -97,7 +99,8 @@ struct Layout {
   std::int64_t shard_numel = 0;     // each rank's flat shard buffer: padded_numel / N
 
   int shard_ranks() const { return options.shard_ranks; }
-  // The params of `unit` (all of them, or only the parts) that lie in `rank`'s shard, in order.
+  // The params of `unit` (all of them, or only the parts) that lie in `rank`'s shard, in shard
+  // order.
   std::vector<ShardPiece> shard_pieces(int unit, int rank) const;
   // Index in `params` of the param called `name`, if any.
   std::optional<int> param_index(std::string_view name) const;
@@ -108,11 +111,34 @@ struct Layout {
 // up to a multiple of N * A, so each of its N shards is a multiple of A and starts A-aligned.
 // A unit holding whole params (LayoutOptions::whole_params, N > 1) takes the smallest shard size
 // S (a multiple of A, at least its largest whole param) at which, placing its params in order
-// by the same rule, a whole param that would straddle a shard boundary starts at the next
-// shard instead and everything ends within N * S; its padded size is N * S. The rest is as
-// above, and a unit without whole params is laid out exactly as without the option.
-// Throws zero::Error naming the unit, param or option on invalid input.
+// by the same rule, a param that fits in S and would straddle a shard boundary starts at the
+// next shard instead and everything ends within N * S; its padded size is N * S. Those N shards
+// of S elements (their contents in registration order) then go to ranks by balance_shards, the
+// ranks' loads carried from unit to unit in registration order, so a param's offset need not
+// ascend with its index (a unit where a param larger than S is cut keeps its shards in order).
+// The rest is as above, and a unit without whole params is laid out exactly as without the
+// option. Throws zero::Error naming the unit, param or option on invalid input.
 Layout make_layout(const std::vector<UnitSpec>& units, const LayoutOptions& options);
+
+// What a whole param costs its owner, for balance_shards: Newton-Schulz's FLOPs on a 2-D one
+// (kernels::muon_ns_flops: 5 x (4 m^2 n + 2 m^3 + 3 m n), m <= n), 0 otherwise.
+double whole_param_cost(const std::vector<std::int64_t>& shape);
+
+// One shard of a unit as make_layout places its params in order: its index, and the cost of the
+// whole params in it.
+struct ShardCost {
+  std::int64_t shard = 0;
+  double cost = 0;
+};
+
+// Assigns the shards of one unit that hold params (`shards`, each once; the others hold padding
+// only and take the ranks left) to distinct ranks of `ranks`, largest cost first, each to the
+// least loaded rank not yet given one (ties: the earlier shard in `shards`, the lower rank), and
+// adds each cost to its rank's `load` (absent: 0); returns each listed shard's rank. The loads it
+// leaves depend only on the costs' values, not on which shard holds which, so the planner's one
+// layout per distinct unit gives the same loads. Memory: the listed shards and loaded ranks only.
+std::vector<int> balance_shards(const std::vector<ShardCost>& shards, int ranks,
+                                std::map<int, double>& load);
 
 // "[768, 2304]": a shape as error messages and reports write it.
 std::string shape_text(const std::vector<std::int64_t>& shape);

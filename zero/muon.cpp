@@ -4,6 +4,7 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <span>
 
 #include "zero/backend.hpp"
 
@@ -47,9 +48,26 @@ std::vector<std::string> muon_params(const std::vector<UnitSpec>& units, const O
 
 void add_newton_schulz_flops(const Layout& layout, int u, std::map<int, double>& by_owner) {
   const UnitLayout& U = layout.units[static_cast<std::size_t>(u)];
-  for (int q = U.first_param; q < U.first_param + U.param_count; ++q)
-    if (const ParamLayout& p = layout.params[static_cast<std::size_t>(q)]; p.owner >= 0)
-      by_owner[p.owner] += kernels::muon_ns_flops(p.shape[0], p.shape[1]);
+  const auto params = std::span(layout.params)
+                          .subspan(static_cast<std::size_t>(U.first_param),
+                                   static_cast<std::size_t>(U.param_count));
+  if (std::ranges::none_of(params, [](const ParamLayout& p) { return p.owner >= 0; })) return;
+  // The shards holding params, by rank in `layout`, and their cost (make_layout's ShardCost).
+  std::map<std::int64_t, double> cost;
+  bool movable = true;  // as make_layout decides: no param cut by a shard boundary
+  for (const ParamLayout& p : params) {
+    const std::int64_t shard = p.offset / U.shard_numel;
+    movable = movable && shard == (p.offset + p.numel - 1) / U.shard_numel;
+    cost[shard] += p.owner >= 0 ? kernels::muon_ns_flops(p.shape[0], p.shape[1]) : 0.0;
+  }
+  std::vector<ShardCost> shards;
+  for (const auto& [shard, c] : cost) shards.push_back({shard, c});
+  if (layout.options.shard_ranks == 1 || !movable) {
+    for (const ShardCost& s : shards)
+      if (s.cost > 0) by_owner[static_cast<int>(s.shard)] += s.cost;
+    return;
+  }
+  balance_shards(shards, layout.options.shard_ranks, by_owner);
 }
 
 std::pair<double, double> newton_schulz_load(const std::map<int, double>& by_owner, int ranks,
@@ -113,15 +131,15 @@ class MuonOptimizer final : public Optimizer {
     muon_.clear();
     for (int g = -1; g < static_cast<int>(c.param_groups.size()); ++g) {
       const double scale = g < 0 ? 1.0 : c.param_groups[static_cast<std::size_t>(g)].lr_scale;
-      const double wd = g < 0 ? o.weight_decay
-                              : c.param_groups[static_cast<std::size_t>(g)].weight_decay.value_or(
-                                    o.weight_decay);
+      const double wd =
+          g < 0 ? o.weight_decay
+                : c.param_groups[static_cast<std::size_t>(g)].weight_decay.value_or(o.weight_decay);
       kernels::AdamHyper hg = h;
       hg.weight_decay = wd;
       adam_.push_back(kernels::make_adam_step(hg, s.lr * scale, s.step, s.grad_scale));
-      muon_.push_back({o.momentum, o.nesterov, wd,
-                       o.match_rms_adamw ? kernels::MuonScale::match_rms_adamw
-                                         : kernels::MuonScale::original});
+      muon_.push_back(
+          {o.momentum, o.nesterov, wd,
+           o.match_rms_adamw ? kernels::MuonScale::match_rms_adamw : kernels::MuonScale::original});
       muon_lr_.resize(muon_.size());
       muon_lr_.back() = muon_lr * scale;
     }
@@ -137,13 +155,14 @@ class MuonOptimizer final : public Optimizer {
     for (int q = U.first_param; q < U.first_param + U.param_count; ++q) {
       const ParamLayout& pl = layout.params[static_cast<std::size_t>(q)];
       if (pl.owner >= 0)
-        scratch_floats = std::max(scratch_floats, kernels::muon_scratch_floats(pl.shape[0], pl.shape[1]));
+        scratch_floats =
+            std::max(scratch_floats, kernels::muon_scratch_floats(pl.shape[0], pl.shape[1]));
     }
     Allocation scratch;
     if (scratch_floats > 0)  // where the state is, next to what it is made from
-      scratch = ctx_.ledger.allocate_unset(Category::step_scratch,
-                                           static_cast<std::size_t>(bytes(scratch_floats, DType::f32)),
-                                           ctx_.state_mem());
+      scratch = ctx_.ledger.allocate_unset(
+          Category::step_scratch, static_cast<std::size_t>(bytes(scratch_floats, DType::f32)),
+          ctx_.state_mem());
     for (std::size_t k = first(r.unit); k < last(r.unit); ++k) {
       const UpdateSegment& sg = slots_[k];
       const auto gi = static_cast<std::size_t>(sg.group + 1);
@@ -175,7 +194,7 @@ class MuonOptimizer final : public Optimizer {
   std::vector<UpdateSegment> slots_;
   std::vector<int> matrix_;  // per slot: the Muon matrix's param, or -1 (AdamW)
   std::vector<std::size_t> first_;
-  std::vector<kernels::AdamStep> adam_;   // [0]: the optimizer's own, [g + 1]: group g
+  std::vector<kernels::AdamStep> adam_;  // [0]: the optimizer's own, [g + 1]: group g
   std::vector<kernels::MuonHyper> muon_;
   std::vector<double> muon_lr_;
   float grad_scale_ = 1.0f;

@@ -24,7 +24,10 @@ namespace zero {
 // norms, which are not 2-D). Throws zero::Error naming the glob or param otherwise.
 std::vector<std::string> muon_params(const std::vector<UnitSpec>& units, const OptimizerConfig& o);
 
-// Adds unit u's Newton-Schulz FLOPs to its matrices' owners' (by_owner: one per shard rank).
+// Adds unit u's Newton-Schulz FLOPs to the ranks that own its matrices when it follows the units
+// whose FLOPs by_owner holds (by shard rank): its shards go to ranks by balance_shards over
+// those loads, as make_layout assigns them, so `layout` may hold u once for many equal units
+// (the planner's distinct units) and by_owner still ends as the engine's owners' totals.
 void add_newton_schulz_flops(const Layout& layout, int u, std::map<int, double>& by_owner);
 // The busiest and the mean rank's Newton-Schulz FLOPs, from each owner's (`replicated`, stage 0:
 // every rank does every matrix).

@@ -3,6 +3,8 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
+
 #include "base/error.hpp"
 
 namespace zero {
@@ -43,7 +45,13 @@ std::vector<UpdateSegment> update_segments(const Layout& layout, const std::vect
       for (const ShardPiece& piece : layout.shard_pieces(u, rank))
         start(piece.shard_offset, group_of[static_cast<std::size_t>(piece.param)]);
     } else {
-      for (int p = U.first_param; p < U.first_param + U.param_count; ++p)
+      // In offset order: balanced whole params (make_layout) need not ascend with the index.
+      std::vector<int> by_offset(static_cast<std::size_t>(U.param_count));
+      for (int i = 0; i < U.param_count; ++i)
+        by_offset[static_cast<std::size_t>(i)] = U.first_param + i;
+      std::ranges::sort(by_offset, {},
+                        [&](int p) { return layout.params[static_cast<std::size_t>(p)].offset; });
+      for (int p : by_offset)
         start(layout.params[static_cast<std::size_t>(p)].offset,
               group_of[static_cast<std::size_t>(p)]);
     }

@@ -106,6 +106,24 @@ std::string describe(const std::vector<Plan>& plans) {
   bool any_host = false;
   for (const auto& p : plans) any_host |= p.host.total() > 0;
   if (any_host) row("host (offloaded)", [](const Plan& p) { return p.host.total(); });
+  // Muon: Newton-Schulz's FLOPs per step on the busiest rank, and that over the mean rank's.
+  bool any_ns = false;
+  for (const auto& p : plans) any_ns |= p.newton_schulz_flops_max > 0;
+  if (!any_ns) return o.str();
+  auto ns_row = [&](const char* name, const char* format, auto get) {
+    o << std::left << std::setw(22) << name;
+    char b[32];
+    for (const auto& p : plans) {
+      std::snprintf(b, sizeof b, format, get(p));
+      o << std::right << std::setw(14) << b;
+    }
+    o << '\n';
+  };
+  ns_row("Newton-Schulz FLOPs", "%.3g", [](const Plan& p) { return p.newton_schulz_flops_max; });
+  ns_row("  busiest / mean", "%.3f", [](const Plan& p) {
+    return p.newton_schulz_flops_mean > 0 ? p.newton_schulz_flops_max / p.newton_schulz_flops_mean
+                                          : 1.0;
+  });
   return o.str();
 }
 

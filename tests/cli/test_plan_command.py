@@ -357,6 +357,15 @@ m = plans("--model", "mlp", "-n", "2", "--stage", "2")
 check("--model mlp plans zero train's MLP (4 layers of width 512, 64 samples)",
       m is not None and m[0]["units"] == 4 and m[0]["params"] == 4 * (512 * 512 + 512) and
       m[0]["global_batch"] == 64, m and m[0])
+r = run("--model", "gpt", "--preset", "gpt-nano", "-n", "4", "--stage", "1", "--optimizer", "muon",
+        "--cluster", "h100-sxm")
+check("--optimizer muon prints Newton-Schulz's FLOPs, its busiest / mean (balanced: 1.071 for "
+      "gpt-nano at 4 ranks) and its time",
+      r.returncode == 0 and "Newton-Schulz FLOPs" in r.stdout and
+      "busiest / mean               1.071" in r.stdout and "  Newton-Schulz " in r.stdout, r.stdout)
+r = run("--model", "gpt", "--preset", "gpt-nano", "-n", "4", "--stage", "1")
+check("AdamW's plan has no Newton-Schulz rows", r.returncode == 0 and "Newton-Schulz" not in r.stdout,
+      r.stdout)
 
 for args, word in bad:
     r = run(*args)

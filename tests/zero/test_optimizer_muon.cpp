@@ -21,32 +21,18 @@
 #include <vector>
 
 #include "tests/zero/fixtures/optimizer_reference.hpp"
+#include "tests/zero/optimizer_fixture.hpp"
 #include "kernels/muon_math.hpp"
 #include "tests/zero/shared_temp_dir.hpp"
 #include "zero/zero.hpp"
 
 using namespace zero;
 namespace ref = zero::testing::optimizer_reference;
+using namespace zero::testing::optimizer_fixture;
 
 namespace {
 
 constexpr int kSteps = 5;
-
-std::vector<UnitSpec> units() {
-  return {UnitSpec{"a", {ParamSpec{"a.w", {8, 12}}, ParamSpec{"a.b", {8}}}},
-          UnitSpec{"b", {ParamSpec{"b.w", {10, 10}}, ParamSpec{"b.b", {10}}}},
-          UnitSpec{"c", {ParamSpec{"c.w", {5, 7}}}}};
-}
-
-float value(std::uint64_t seed, std::uint64_t i, double scale) {
-  std::uint64_t z = (seed << 32 | i) + 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  if ((z & 15) == 0) return 0.0f;
-  return static_cast<float>(static_cast<double>(static_cast<std::int64_t>(z >> 40) - (1 << 23)) *
-                            std::ldexp(1.0, -23) * scale);
-}
 
 // make_optimizer_reference.py's kMuon (moonshot: kMuonMoonshot).
 Config config_for(int stage, std::int64_t accumulation, bool moonshot = false) {
@@ -66,22 +52,6 @@ Config config_for(int stage, std::int64_t accumulation, bool moonshot = false) {
   c.optimizer.match_rms_adamw = moonshot;
   c.param_groups.push_back({{"*.b"}, 0.0, 0.5});
   return c;
-}
-
-EngineOptions options() {
-  EngineOptions o;
-  o.reduction = GradReduction::sum;
-  o.align_elements = 4;
-  o.log = [](const std::string&) {};
-  return o;
-}
-
-std::unique_ptr<Engine> make_engine(comm::Communicator& w, const Config& c) {
-  auto e = std::make_unique<Engine>(c, w, units(), options());
-  e->init_params([](int p, std::span<float> out) {
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = value(1000 + p, i, 0.5);
-  });
-  return e;
 }
 
 // Step s's gradient, each element given by one rank (i mod ranks) in one micro-batch
@@ -108,22 +78,6 @@ void train_steps(Engine& e, std::int64_t from, std::int64_t to) {
       }
     REQUIRE_FALSE(e.step().skipped);
   }
-}
-
-std::string first_difference(Engine& e, const std::vector<std::vector<std::uint32_t>>& want) {
-  std::vector<std::vector<float>> all;  // gathered first: gather_master is a collective
-  for (int p = 0; p < static_cast<int>(want.size()); ++p) all.push_back(e.gather_master(p));
-  for (std::size_t p = 0; p < want.size(); ++p) {
-    if (all[p].size() != want[p].size()) return "a param's size";
-    for (std::size_t i = 0; i < all[p].size(); ++i) {
-      std::uint32_t b = 0;
-      std::memcpy(&b, &all[p][i], 4);
-      if (b != want[p][i])
-        return cat("param ", e.layout().params[p].name, " element ", i, ": ", all[p][i], " (0x",
-                   std::hex, b, "), reference 0x", want[p][i]);
-    }
-  }
-  return "";
 }
 
 }  // namespace

@@ -21,36 +21,22 @@
 #include <vector>
 
 #include "tests/zero/fixtures/optimizer_reference.hpp"
+#include "tests/zero/optimizer_fixture.hpp"
 #include "tests/zero/shared_temp_dir.hpp"
 #include "zero/checkpoint_format.hpp"
 #include "zero/zero.hpp"
 
 using namespace zero;
 namespace ref = zero::testing::optimizer_reference;
+namespace optimizer_fixture = zero::testing::optimizer_fixture;
+using optimizer_fixture::make_engine;
+using optimizer_fixture::options;
+using optimizer_fixture::units;
+using optimizer_fixture::value;
 
 namespace {
 
 constexpr int kSteps = 5;
-
-// The model of make_optimizer_reference.py (PARAMS): uneven shards at 2-4 ranks with 4-element
-// alignment, params cut across ranks.
-std::vector<UnitSpec> units() {
-  return {UnitSpec{"a", {ParamSpec{"a.w", {8, 12}}, ParamSpec{"a.b", {8}}}},
-          UnitSpec{"b", {ParamSpec{"b.w", {10, 10}}, ParamSpec{"b.b", {10}}}},
-          UnitSpec{"c", {ParamSpec{"c.w", {5, 7}}}}};
-}
-
-// make_optimizer_reference.py's value(): splitmix64 of (seed << 32 | i), an fp32-exact value in
-// [-scale, scale), 1 in 16 exactly 0.
-float value(std::uint64_t seed, std::uint64_t i, double scale) {
-  std::uint64_t z = (seed << 32 | i) + 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  if ((z & 15) == 0) return 0.0f;
-  return static_cast<float>(static_cast<double>(static_cast<std::int64_t>(z >> 40) - (1 << 23)) *
-                            std::ldexp(1.0, -23) * scale);
-}
 
 Config config_for(OptimizerType type, int stage, std::int64_t accumulation) {
   Config c;
@@ -72,22 +58,6 @@ Config config_for(OptimizerType type, int stage, std::int64_t accumulation) {
     c.optimizer.min_coeff = 0.01;
   }
   return c;
-}
-
-EngineOptions options() {
-  EngineOptions o;
-  o.reduction = GradReduction::sum;
-  o.align_elements = 4;
-  o.log = [](const std::string&) {};
-  return o;
-}
-
-std::unique_ptr<Engine> make_engine(comm::Communicator& w, const Config& c) {
-  auto e = std::make_unique<Engine>(c, w, units(), options());
-  e->init_params([](int p, std::span<float> out) {
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = value(1000 + p, i, 0.5);
-  });
-  return e;
 }
 
 // The micro-batches of steps [from, to) (callers pass one step): rank 0 gives the reference's gradient in the first micro-batch, every other
@@ -125,22 +95,7 @@ const std::vector<std::vector<std::uint32_t>>& reference(OptimizerType t) {
 
 // The first element whose bits differ from the reference, or "" when none does.
 std::string first_difference(Engine& e, OptimizerType t) {
-  const auto& want = reference(t);
-  std::vector<std::vector<float>> all;  // gathered first: gather_master is a collective
-  for (int p = 0; p < static_cast<int>(want.size()); ++p) all.push_back(e.gather_master(p));
-  for (int p = 0; p < static_cast<int>(want.size()); ++p) {
-    const std::vector<float>& got = all[static_cast<std::size_t>(p)];
-    if (got.size() != want[static_cast<std::size_t>(p)].size()) return "a param's size";
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      std::uint32_t b = 0;
-      std::memcpy(&b, &got[i], 4);
-      if (b != want[static_cast<std::size_t>(p)][i])
-        return cat("param ", e.layout().params[static_cast<std::size_t>(p)].name, " element ", i,
-                   ": ", got[i], " (0x", std::hex, b, "), reference 0x",
-                   want[static_cast<std::size_t>(p)][i]);
-    }
-  }
-  return "";
+  return optimizer_fixture::first_difference(e, reference(t));
 }
 
 const char* name(OptimizerType t) {
