@@ -9,7 +9,8 @@
 //   dequantize-add  the owner's sum: one payload added into an fp32 segment (dequantize_add)
 //   dequantize      qwZ's write: one payload decoded and stored (dequantize, store_from_f32)
 //   topk            error feedback's residual add, then topk_select of k = ceil(ratio n)
-// Each figure is the best of --reps (a loop runs long enough to read a clock well).
+// Each figure is the median of --reps timings (each of calls enough to read a clock well): the
+// median, not the best, so that a run sharing the cores with others reads what sharing costs.
 // TopK is not linear in a simple way: nth_element's pass over the n values, then the sort of the
 // k kept indices. The fit t = a n + b k log2 k over every size and ratio gives topk_select_ns (a)
 // and topk_sort_ns (b). Run it as many times at once as the training runs ranks on the machine
@@ -63,25 +64,25 @@ std::vector<double> ratios_of(const std::string& list) {
   return out;
 }
 
-// Seconds per call of f: the best of `reps` timings of enough calls to take about 5 ms.
+// Seconds per call of f: the median of `reps` timings of enough calls to take about 5 ms.
 template <class F>
-double best_seconds(int reps, F&& f) {
+double median_seconds(int reps, F&& f) {
   f();  // warm the caches and the pages
   int calls = 1;
   for (;;) {
     const auto t0 = Clock::now();
     for (int i = 0; i < calls; ++i) f();
-    if (std::chrono::duration<double>(Clock::now() - t0).count() > 5e-3 || calls > (1 << 20))
-      break;
+    if (std::chrono::duration<double>(Clock::now() - t0).count() > 5e-3 || calls > (1 << 20)) break;
     calls *= 2;
   }
-  double best = 1e30;
+  std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
     const auto t0 = Clock::now();
     for (int i = 0; i < calls; ++i) f();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count() / calls);
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / calls);
   }
-  return best;
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
 struct Row {
@@ -103,14 +104,15 @@ Row measure(std::int64_t n, std::int64_t block, const std::vector<double>& ratio
     std::memcpy(scratch.data(), grad.data(), 4 * n);  // load_to_f32 of an fp32 gradient
     cpu::quantize_blocks(scratch, block, bits, p);
   };
-  row.quant8 = best_seconds(reps, [&] { quantize(8, p8); }) / N;
-  row.quant4 = best_seconds(reps, [&] { quantize(4, p4); }) / N;
-  row.deq_add8 = best_seconds(reps, [&] { cpu::dequantize_add(p8, block, 8, acc); }) / N;
-  row.deq_add4 = best_seconds(reps, [&] { cpu::dequantize_add(p4, block, 4, acc); }) / N;
-  row.deq8 = best_seconds(reps, [&] {
-               cpu::dequantize(p8, block, 8, scratch);
-               std::memcpy(acc.data(), scratch.data(), 4 * n);  // store_from_f32
-             }) /
+  row.quant8 = median_seconds(reps, [&] { quantize(8, p8); }) / N;
+  row.quant4 = median_seconds(reps, [&] { quantize(4, p4); }) / N;
+  row.deq_add8 = median_seconds(reps, [&] { cpu::dequantize_add(p8, block, 8, acc); }) / N;
+  row.deq_add4 = median_seconds(reps, [&] { cpu::dequantize_add(p4, block, 4, acc); }) / N;
+  row.deq8 = median_seconds(reps,
+                            [&] {
+                              cpu::dequantize(p8, block, 8, scratch);
+                              std::memcpy(acc.data(), scratch.data(), 4 * n);  // store_from_f32
+                            }) /
              N;
   std::vector<std::uint32_t> idx(n);
   for (double ratio : ratios) {
@@ -118,7 +120,7 @@ Row measure(std::int64_t n, std::int64_t block, const std::vector<double>& ratio
     std::vector<std::byte> pk(cpu::topk_payload_bytes(k));
     // A residual that holds what the last selection left (the steady state of error feedback).
     std::memcpy(v.data(), grad.data(), 4 * n);
-    row.topk.push_back(best_seconds(reps, [&] {
+    row.topk.push_back(median_seconds(reps, [&] {
       for (std::int64_t i = 0; i < n; ++i) v[i] += grad[i];  // residual + gradient
       cpu::topk_select(v, k, idx, pk);
     }));
@@ -127,7 +129,8 @@ Row measure(std::int64_t n, std::int64_t block, const std::vector<double>& ratio
 }
 
 // Least squares t = a n + b k log2 k over every (size, ratio): {a, b}, each >= 0.
-std::pair<double, double> fit_topk(const std::vector<Row>& rows, const std::vector<double>& ratios) {
+std::pair<double, double> fit_topk(const std::vector<Row>& rows,
+                                   const std::vector<double>& ratios) {
   double sxx = 0, sxy = 0, syy = 0, sxt = 0, syt = 0;
   for (const Row& r : rows)
     for (std::size_t j = 0; j < ratios.size(); ++j) {
@@ -160,11 +163,16 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--elements") sizes = value();
-    else if (a == "--block") block = std::stoll(value());
-    else if (a == "--ratios") ratios_text = value();
-    else if (a == "--reps") reps = std::stoi(value());
-    else if (a == "--json") json = value();
+    if (a == "--elements")
+      sizes = value();
+    else if (a == "--block")
+      block = std::stoll(value());
+    else if (a == "--ratios")
+      ratios_text = value();
+    else if (a == "--reps")
+      reps = std::stoi(value());
+    else if (a == "--json")
+      json = value();
     else {
       std::cerr << "usage: codec_bench [--elements 64K,256K,1M] [--block 2048] [--ratios "
                    "0.01,0.1] [--reps N] [--json FILE]\n";

@@ -227,8 +227,7 @@ std::string describe_times(const std::vector<Plan>& plans, const std::vector<Ste
   row("compute", [](const StepTime& s) { return seconds_text(s.compute); });
   bool codec = false;
   for (const StepTime& s : steps) codec |= s.codec > 0;
-  if (codec)
-    row("encode and decode", [](const StepTime& s) { return seconds_text(s.codec); });
+  if (codec) row("encode and decode", [](const StepTime& s) { return seconds_text(s.codec); });
   row("optimizer step", [](const StepTime& s) { return seconds_text(s.optimizer); });
   row("offload transfers", [](const StepTime& s) { return seconds_text(s.offload); });
   row("step", [](const StepTime& s) { return seconds_text(s.step); });

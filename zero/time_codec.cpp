@@ -29,7 +29,8 @@ CodecTime codec_seconds(const Plan& plan, const ClusterProfile& c) {
     const double segments = static_cast<double>(grads.calls) * G;
     const double k = pairs / segments;
     const double values = pairs / std::max(w.topk_ratio, 1e-12);
-    t.backward += values * r.topk_select + segments * k * std::log2(std::max(2.0, k)) * r.topk_sort +
+    t.backward += values * r.topk_select +
+                  segments * k * std::log2(std::max(2.0, k)) * r.topk_sort +
                   pairs * r.dequantize_add;
   } else if (grads.calls > 0 && w.gradients != GradCompression::none) {
     const double per_value = w.grad_bits() / 8.0 + 4 / block;
@@ -39,7 +40,8 @@ CodecTime codec_seconds(const Plan& plan, const ClusterProfile& c) {
   // qwZ: the shard group's gathers (hpZ's from the secondary copy stay dense).
   if (w.weights_int8) {
     auto gathers = [&](const GroupedOps& phase) {
-      const double values = static_cast<double>(phase.shard.all_gather.payload_bytes) / (1 + 4 / block);
+      const double values =
+          static_cast<double>(phase.shard.all_gather.payload_bytes) / (1 + 4 / block);
       return values / G * r.quantize + values * r.dequantize;
     };
     t.forward += gathers(plan.phases.forward);

@@ -201,7 +201,7 @@ struct StepTime {
   // the average rank's (1: balanced; whole-matrix ownership makes it uneven).
   double newton_schulz = 0, newton_schulz_imbalance = 1;
   double offload = 0;       // offload's PCIe transfers that nothing hides (0 without offload)
-  double step = 0;  // compute + codec + comm_exposed + offload + optimizer
+  double step = 0;          // compute + codec + comm_exposed + offload + optimizer
   double tokens_per_second = 0;
   double mfu = 0;                  // flops_per_step / (step * ranks * peak_flops)
   std::int64_t memory_bytes = 0;   // the plan's predicted peak per GPU
@@ -221,10 +221,11 @@ double optimizer_bytes_per_param(const Settings& settings, PlanOptimizer optimiz
 inline constexpr double kOffloadPcieBandwidth = 25e9;
 inline constexpr double kOffloadHostBandwidth = 25e9;
 
-// The time of one optimizer step for `plan` (made from `input`; its settings are plan.settings). Compute is
-// flops_per_step / ranks / (peak_flops * compute_efficiency), split forward / backward by
-// backward_share; each pass is then longer by its codec_seconds. Each phase's collectives (Plan::phases) run one after another on the engine's
-// communication stream, and overlap as the engine overlaps them:
+// The time of one optimizer step for `plan` (made from `input`; its settings are plan.settings).
+// Compute is flops_per_step / ranks / (peak_flops * compute_efficiency), split forward / backward
+// by backward_share; each pass is then longer by its codec_seconds. Each phase's collectives
+// (Plan::phases) run one after another on the engine's communication stream, and overlap as the
+// engine overlaps them:
 //   - forward: where the engine prefetches (Plan::prefetches: the window and the live limit
 //     hold a unit, Settings::prefetches) every gather but the first of each micro-batch is
 //     issued while the unit before it computes, and hides behind forward compute, up to its

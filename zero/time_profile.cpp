@@ -100,7 +100,7 @@ struct Key {
   std::string_view key;
   double ClusterProfile::*field;  // nullptr: memory_bytes or gpus_per_node (read apart)
   double scale;
-  bool unit_interval;  // (0, 1]; otherwise > 0, or >= 0 for latencies (scale 1e-6)
+  bool unit_interval;     // (0, 1]; otherwise > 0, or >= 0 for latencies (scale 1e-6)
   bool optional = false;  // a file without a base may leave it out (the codec's: derived)
 };
 const Key kKeys[] = {

@@ -94,8 +94,8 @@ TEST_CASE("TopK costs its selection per value, its sort per k log2 k, and the ow
   const double values = static_cast<double>(p.padded_numel);
   CHECK(pairs == Approx(0.01 * values).epsilon(1e-3));  // ceil(ratio n) per segment
   const CodecTime t = codec_seconds(p, codec_cluster());
-  CHECK(t.backward == Approx(values * 10e-9 + segments * k * std::log2(k) * 4e-9 + pairs * 1e-9)
-                          .epsilon(1e-3));
+  CHECK(t.backward ==
+        Approx(values * 10e-9 + segments * k * std::log2(k) * 4e-9 + pairs * 1e-9).epsilon(1e-3));
 }
 
 TEST_CASE("qwZ quantises a rank's shard and dequantises the whole unit, in the pass gathering") {
