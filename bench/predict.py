@@ -10,7 +10,8 @@ For each rank count N:
   2. `zero compare -n N` (the GPT, stages 0-3, the same start): the measured steps;
   3. from stage 0's measured step only: the optimizer's bandwidth = owned params x the model's
      bytes per param / its optimizer seconds, and the compute efficiency that makes the model's
-     stage-0 step (its predicted communication included) equal the measured median: the ranks
+     stage-0 step (its predicted communication included) equal the measured median, found by
+     bisection (what overlap hides depends on the compute it hides behind): the ranks
      time-share 2 cores at 3 and 4 ranks, so a rank's compute, its waits for slower ranks and its
      data time are one figure, "what a rank does between collectives";
   4. `zero plan --preset ... -n N --cluster-file calibrated.json --json`: the predicted step of
@@ -101,10 +102,10 @@ def plan(a, n, profile, tmp, extra=()):
         return {p["stage"]: p for p in json.load(f)}
 
 
-def calibrate(a, n, measured, bus, latency, tmp, nodes=1, inter=None, extra=()):
-    """A profile of this machine at n ranks from the sweep and stage 0's measured split."""
+def calibrate(a, n, measured, bus, latency, tmp, nodes=1, inter=None, extra=(), codec=None):
+    """A profile of this machine at n ranks from the sweep and stage 0's measured split; `codec`:
+    bench/codec_bench's profile keys (compression's per-value rates), if measured."""
     s0 = next(s for s in measured["stages"] if s["stage"] == 0)
-    cores = os.cpu_count() or 1
     # The ranks share the cores: one rank's peak is the cores' measured peak over the ranks.
     peak = measured["peak_flops"] / n if measured["peak_flops"] > 0 else 1e11
     # A first plan on any profile gives 6 Psi T and the bytes the optimizer moves.
@@ -123,17 +124,28 @@ def calibrate(a, n, measured, bus, latency, tmp, nodes=1, inter=None, extra=()):
             "inter_bandwidth_GBs": (inter or bus) / 1e9, "intra_latency_us": 0.0,
             "inter_latency_us": 0.0, "call_latency_us": latency * 1e6,
             "sources": "bench/predict.py: comm_bench sweep and zero compare's stage 0 on this machine"}
-    # Pass 1 (efficiency 1) gives stage 0's predicted communication and optimizer; the compute
-    # is what is left of the measured median.
+    prof.update(codec or {})
     path = os.path.join(tmp, f"profile{n}.json")
-    with open(path, "w") as f:
-        json.dump(prof, f)
-    t0 = plan(a, n, path, tmp, extra)[0]["time"]
-    compute = max(1e-6, s0["median_seconds"] - t0["comm_exposed_seconds"] - t0["optimizer_seconds"])
-    prof["compute_efficiency"] = min(1.0, flops_per_rank / (peak * compute))
-    path = os.path.join(tmp, f"profile{n}.json")
-    with open(path, "w") as f:
-        json.dump(prof, f)
+
+    def step(compute):  # the model's stage-0 step with `compute` seconds of forward and backward
+        prof["compute_efficiency"] = min(1.0, flops_per_rank / (peak * compute))
+        with open(path, "w") as f:
+            json.dump(prof, f)
+        return plan(a, n, path, tmp, extra)[0]["time"]["step_seconds"]
+
+    # The compute that makes the model's step equal the measured median. What overlap hides
+    # depends on the compute it hides behind, so the compute is not the median less one plan's
+    # exposed communication: the step grows with the compute (by 1 less what more of it hides),
+    # and bisection finds where it meets the median.
+    target = s0["median_seconds"]
+    lo, hi = flops_per_rank / peak, max(target, flops_per_rank / peak)
+    if step(lo) < target:
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if step(mid) < target else (lo, mid)
+            if hi - lo < 1e-6 * target:
+                break
+        step(hi)
     return path, prof
 
 

@@ -225,6 +225,9 @@ std::string describe_times(const std::vector<Plan>& plans, const std::vector<Ste
   row("comm, all", [](const StepTime& s) { return seconds_text(s.comm); });
   row("comm, exposed", [](const StepTime& s) { return seconds_text(s.comm_exposed); });
   row("compute", [](const StepTime& s) { return seconds_text(s.compute); });
+  bool codec = false;
+  for (const StepTime& s : steps) codec |= s.codec > 0;
+  if (codec) row("encode and decode", [](const StepTime& s) { return seconds_text(s.codec); });
   row("optimizer step", [](const StepTime& s) { return seconds_text(s.optimizer); });
   bool any_ns = false;  // Muon: Newton-Schulz on the busiest rank, part of the optimizer step
   for (const StepTime& s : steps) any_ns |= s.newton_schulz > 0;
@@ -295,6 +298,9 @@ boost::json::object time_json(const StepTime& s, const TimeInput& t, bool fastes
           {"exposed_backward_seconds", s.exposed_backward},
           {"exposed_step_seconds", s.exposed_step},
           {"compute_seconds", s.compute},
+          {"codec_seconds", s.codec},
+          {"codec_forward_seconds", s.codec_forward},
+          {"codec_backward_seconds", s.codec_backward},
           {"optimizer_seconds", s.optimizer},
           {"optimizer_bytes_per_param", s.optimizer_bytes_per_param},
           {"offload_seconds", s.offload},

@@ -38,8 +38,26 @@ struct ClusterProfile {
   double intra_latency = 0;  // seconds per ring step between two GPUs of a node
   double inter_latency = 0;  // seconds per ring step that crosses to another node
   double call_latency = 0;   // seconds per collective, whatever its size (launch, setup)
-  std::string sources;       // where the figures come from
+  // Compression's per-element loops on one rank (kernels/cpu/quant.cpp), seconds per value, as
+  // bench/codec_bench measures them; 0: not measured, priced as bound by the optimizer's memory
+  // bandwidth (codec_rates).
+  double quantize = 0;        // a value read and quantised (qgZ's and qwZ's encoding)
+  double dequantize_add = 0;  // a value decoded and added into the owner's fp32 sum
+  double dequantize = 0;      // a value decoded and written into the gathered unit (qwZ)
+  double topk_select = 0;     // a value of a TopK segment: the residual add and the selection
+  double topk_sort = 0;       // per k log2 k of the k values a segment keeps (their sort)
+  std::string sources;        // where the figures come from
 };
+
+// The codec's per-value seconds a profile prices: each measured figure as it is, each 0 as the
+// bytes its loop moves over hbm_bandwidth x hbm_efficiency (an assumption, not a measurement:
+// quantise 5 B, a 16-bit value read twice and its code written; dequantise-add 9 B, the code and
+// the fp32 sum read and written; dequantise 3 B; TopK's selection 16 B, a radix select's four
+// passes over a 32-bit key; its sort 16 B per k log2 k).
+struct CodecRates {
+  double quantize = 0, dequantize_add = 0, dequantize = 0, topk_select = 0, topk_sort = 0;
+};
+CodecRates codec_rates(const ClusterProfile& cluster);
 
 // The built-in profiles: a100-pcie, a100-sxm, h100-sxm, h200 (docs/time.md: every figure and
 // its source). Empty for an unknown name.
@@ -48,7 +66,8 @@ std::optional<ClusterProfile> builtin_cluster(std::string_view name);
 // A profile from JSON text: every field by its key in the units the key names (peak_tflops,
 // compute_efficiency, memory_GiB, hbm_bandwidth_GBs, hbm_efficiency, gpus_per_node,
 // intra_bandwidth_GBs, inter_bandwidth_GBs, intra_latency_us, inter_latency_us,
-// call_latency_us, and name, description, sources), or "base": a built-in profile whose fields
+// call_latency_us; optional: quantize_ns, dequantize_add_ns, dequantize_ns, topk_select_ns,
+// topk_sort_ns; and name, description, sources), or "base": a built-in profile whose fields
 // the others override (a calibrated profile gives only what it measured). A missing, misspelt,
 // mistyped or out-of-range key is a zero::Error of one sentence naming `origin` and the key.
 ClusterProfile read_cluster_profile(std::string_view json_text, const std::string& origin);
@@ -132,6 +151,22 @@ double collective_seconds(comm::Op op, const OpCount& count, const GroupPlacemen
 double all_to_all_seconds(const OpCount& count, const GroupPlacement& group,
                           const ClusterProfile& cluster);
 
+// Compression's encoding and decoding on one rank over one step (zero/wire_compress.cpp), in
+// the pass whose compute thread runs it: the engine encodes a bucket's segments as it issues the
+// all-to-all and decodes them when it waits, both inside reduce_grads (backward), and qwZ
+// quantises its shard as it issues a gather and dequantises the unit when it waits (forward, or
+// backward for backward's gathers). It is compute, never hidden: the collectives it feeds may
+// hide behind it. Counted from the plan's compressed collectives: a qgZ all-to-all of payload S
+// carries S / (b + 4 / block) values (b = 1 or 1/2 byte a value, a scale a block), each
+// quantised by its rank and dequantised and added by its owner; a TopK one S / 8 pairs of
+// segments of k = pairs / (calls x G) kept values of about k / ratio, each value passed by
+// topk_select, each segment's k sorted, each pair added by its owner; a qwZ gather of payload S
+// S / (1 + 4 / block) values, of which the rank quantises its 1/G and dequantises all.
+struct CodecTime {
+  double forward = 0, backward = 0;
+};
+CodecTime codec_seconds(const Plan& plan, const ClusterProfile& cluster);
+
 // What estimate_step needs besides the plan.
 struct TimeInput {
   ClusterProfile cluster;
@@ -157,13 +192,16 @@ struct StepTime {
   double exposed_forward = 0, exposed_backward = 0, exposed_step = 0;
   double comm_exposed = 0;  // what the step waits for: the three above
   double compute = 0;       // forward and backward on one GPU
+  // Compression's encoding and decoding (codec_seconds), forward's and backward's: on the
+  // compute thread, so they lengthen the pass the collectives hide behind, and the step.
+  double codec = 0, codec_forward = 0, codec_backward = 0;
   double optimizer = 0;     // the optimizer step over this GPU's shard (on the CPU when offloaded)
   double optimizer_bytes_per_param = 0;
   // Muon's Newton-Schulz on the busiest owner (part of optimizer), and that rank's FLOPs over
   // the average rank's (1: balanced; whole-matrix ownership makes it uneven).
   double newton_schulz = 0, newton_schulz_imbalance = 1;
   double offload = 0;       // offload's PCIe transfers that nothing hides (0 without offload)
-  double step = 0;  // compute + comm_exposed + offload + optimizer
+  double step = 0;          // compute + codec + comm_exposed + offload + optimizer
   double tokens_per_second = 0;
   double mfu = 0;                  // flops_per_step / (step * ranks * peak_flops)
   std::int64_t memory_bytes = 0;   // the plan's predicted peak per GPU
@@ -183,10 +221,11 @@ double optimizer_bytes_per_param(const Settings& settings, PlanOptimizer optimiz
 inline constexpr double kOffloadPcieBandwidth = 25e9;
 inline constexpr double kOffloadHostBandwidth = 25e9;
 
-// The time of one optimizer step for `plan` (made from `input`; its settings are plan.settings). Compute is
-// flops_per_step / ranks / (peak_flops * compute_efficiency), split forward / backward by
-// backward_share. Each phase's collectives (Plan::phases) run one after another on the engine's
-// communication stream, and overlap as the engine overlaps them:
+// The time of one optimizer step for `plan` (made from `input`; its settings are plan.settings).
+// Compute is flops_per_step / ranks / (peak_flops * compute_efficiency), split forward / backward
+// by backward_share; each pass is then longer by its codec_seconds. Each phase's collectives
+// (Plan::phases) run one after another on the engine's communication stream, and overlap as the
+// engine overlaps them:
 //   - forward: where the engine prefetches (Plan::prefetches: the window and the live limit
 //     hold a unit, Settings::prefetches) every gather but the first of each micro-batch is
 //     issued while the unit before it computes, and hides behind forward compute, up to its
@@ -197,7 +236,7 @@ inline constexpr double kOffloadHostBandwidth = 25e9;
 //     without overlap_comm each reduction is waited for inside reduce_grads;
 //   - step: the new params' all-gather (stages 1-2), the norm and the agreements are waited for.
 // Exposed = what may not hide + max(0, what may hide - the compute it hides behind). The step
-// then is compute + exposed + optimizer (optimizer_bytes_per_param x owned params / (HBM x
+// then is compute + codec + exposed + optimizer (optimizer_bytes_per_param x owned params / (HBM x
 // hbm_efficiency)). With optimizer offload (docs/offload.md) the optimizer streams host memory
 // at kOffloadHostBandwidth instead, and offload's transfers (the reduced shard down at each
 // micro-batch, the new params up, with param offload each gather's shard up) cross PCIe at
