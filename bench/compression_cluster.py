@@ -12,9 +12,9 @@ on one run.
 
 The profile is bench/predict.py's: in a node the link of a 2-rank sweep on this machine; across
 the nodes the link read from a 4-rank sweep across them (times the 4/3 ring-loads of direct
-exchange); the compute efficiency and the optimizer's bandwidth from dense fp32's measured split
-at the same stage (that row's predicted/measured is 1 by construction; the others are
-predictions); compression's per-value rates (quantise, dequantise, TopK's selection and sort)
+exchange); the compute (forward and backward, as that run measured it) and the optimizer's
+bandwidth from dense fp32's measured split at the same stage, so every row, dense's included,
+is a prediction of its step; compression's per-value rates (quantise, dequantise, TopK's selection and sort)
 from build/bench/codec_bench run as 4 processes at once on this machine, as the ranks run
 (docs/time.md, "Encoding and decoding"). The codec column is the model's share of each step.
 
@@ -73,7 +73,11 @@ def measured_split(j):
 
 
 def calibrate(a, stage, dense, intra, inter, lat, tmp, codec):
-    """predict.calibrate's profile, fitted on dense fp32's run at `stage`."""
+    """predict.calibrate's profile from dense fp32's run at `stage`: its compute is the run's own
+    measured forward and backward (`step_time.compute`), not solved for from its step. Where the
+    step is bound by communication, what overlap hides grows with the compute and the model's
+    step is flat in it, so solving is ill-conditioned: at global batch 4 and 200 Mb/s it fitted
+    77 ms of compute where the run measured 30, and over-priced every setting that sends less."""
     saved = predict.plan
 
     def at_stage(a_, n, profile, tmp_, extra=()):  # predict.calibrate reads the entry "0"
@@ -83,7 +87,8 @@ def calibrate(a, stage, dense, intra, inter, lat, tmp, codec):
     predict.plan = at_stage
     try:
         return predict.calibrate(a, 4, measured_split(dense), intra, lat, tmp, nodes=2,
-                                 inter=inter, extra=NODE, codec=codec)
+                                 inter=inter, extra=NODE, codec=codec,
+                                 compute=dense["step_time"]["compute"])
     finally:
         predict.plan = saved
 

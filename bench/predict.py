@@ -102,9 +102,11 @@ def plan(a, n, profile, tmp, extra=()):
         return {p["stage"]: p for p in json.load(f)}
 
 
-def calibrate(a, n, measured, bus, latency, tmp, nodes=1, inter=None, extra=(), codec=None):
+def calibrate(a, n, measured, bus, latency, tmp, nodes=1, inter=None, extra=(), codec=None,
+              compute=None):
     """A profile of this machine at n ranks from the sweep and stage 0's measured split; `codec`:
-    bench/codec_bench's profile keys (compression's per-value rates), if measured."""
+    bench/codec_bench's profile keys (compression's per-value rates), if measured; `compute`:
+    the run's own measured forward and backward seconds, taken as they are instead of solved for."""
     s0 = next(s for s in measured["stages"] if s["stage"] == 0)
     # The ranks share the cores: one rank's peak is the cores' measured peak over the ranks.
     peak = measured["peak_flops"] / n if measured["peak_flops"] > 0 else 1e11
@@ -137,6 +139,9 @@ def calibrate(a, n, measured, bus, latency, tmp, nodes=1, inter=None, extra=(), 
     # depends on the compute it hides behind, so the compute is not the median less one plan's
     # exposed communication: the step grows with the compute (by 1 less what more of it hides),
     # and bisection finds where it meets the median.
+    if compute is not None:
+        step(compute)
+        return path, prof
     target = s0["median_seconds"]
     lo, hi = flops_per_rank / peak, max(target, flops_per_rank / peak)
     if step(lo) < target:
