@@ -12,7 +12,7 @@ import array, json, os, resource, struct, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import check, finish, token_file, user_env  # noqa: E402
 
 MIB = 1 << 20
 
@@ -207,16 +207,12 @@ with tempfile.TemporaryDirectory() as tmp:
     one_error("no --out: one sentence", zero("ckpt", "export", mlp), "--out")
 
     # --- the GPT -----------------------------------------------------------------------------
-    txt = os.path.join(tmp, "text.txt")
-    with open(txt, "w") as f:
-        f.write("It was the best of times, it was the worst of times. " * 200)
-    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
+    data = token_file(ZERO, tmp, "It was the best of times, it was the worst of times. " * 200)
     gpt = os.path.join(tmp, "gpt")
-    r2 = zero("train", "--model", "gpt", "--preset", "gpt-micro", "--data",
-              os.path.join(tmp, "t_train.bin"), "-n", "2", "--stage", "3", "--steps", "3",
-              "--global-batch", "8", "--device", "cpu", "--save", gpt)
-    check("the GPT trains and saves", r.returncode == 0 and r2.returncode == 0,
-          r2.stdout + r2.stderr)
+    r2 = zero("train", "--model", "gpt", "--preset", "gpt-micro", "--data", data, "-n", "2",
+              "--stage", "3", "--steps", "3", "--global-batch", "8", "--device", "cpu",
+              "--save", gpt)
+    check("the GPT trains and saves", r2.returncode == 0, r2.stdout + r2.stderr)
     gmeta, gparams = read_checkpoint(newest(gpt))
     hf = os.path.join(tmp, "gpt2.safetensors")
     r = zero("ckpt", "export", gpt, "--out", hf)

@@ -9,7 +9,7 @@ import json, os, re, shutil, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import check, finish, token_file, user_env  # noqa: E402
 
 TEXT = ("Compression trades bytes on the wire for error in the sum; error feedback carries what "
         "was not sent into the next step. ") * 40
@@ -37,12 +37,7 @@ def one_error(name, r, *words):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    txt = os.path.join(tmp, "text.txt")
-    with open(txt, "w") as f:
-        f.write(TEXT)
-    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
-    check("zero data makes the token file", r.returncode == 0, r.stdout + r.stderr)
-    nano = ["--model", "gpt", "--preset", "gpt-nano", "--data", os.path.join(tmp, "t_train.bin"),
+    nano = ["--model", "gpt", "--preset", "gpt-nano", "--data", token_file(ZERO, tmp, TEXT),
             "--device", "cpu"]
     mlp = ["train", "-n", "2", "--global-batch", "48", "--width", "64", "--layers", "3"]
 

@@ -8,7 +8,7 @@ import json, os, re, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import check, finish, token_file, user_env  # noqa: E402
 
 TEXT = ("It was the best of times, it was the worst of times, it was the age of wisdom, it was "
         "the age of foolishness, it was the epoch of belief, it was the epoch of incredulity. ") * 60
@@ -26,13 +26,8 @@ def checksum(r):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    txt = os.path.join(tmp, "text.txt")
-    with open(txt, "w") as f:
-        f.write(TEXT)
-    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
-    check("zero data makes the token files", r.returncode == 0, r.stdout + r.stderr)
     base = ["train", "--model", "gpt", "--preset", "gpt-micro", "--device", "cpu",
-            "--global-batch", "8", "--data", os.path.join(tmp, "t_train.bin"), "--steps", "4",
+            "--global-batch", "8", "--data", token_file(ZERO, tmp, TEXT), "--steps", "4",
             "--log-every", "4"]
     for precision in ("fp32", "bf16"):
         sums = {}
