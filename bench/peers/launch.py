@@ -24,8 +24,8 @@ def clean_env():
 
 
 def preset_shape(zero, preset):
-    """The GPT preset's layers, hidden, heads, vocab and seq_len, from the line of
-    `zero plan --list-presets`: "gpt-nano  4 layers, hidden 128, 4 heads, vocab 256, seq 128: ..."."""
+    """The GPT preset's layers, hidden, heads, vocab and seq_len, from its line in
+    `zero plan --list-presets`: "gpt-nano  4 layers, hidden 128, 4 heads, vocab 256, seq 128"."""
     r = subprocess.run([zero, "plan", "--list-presets"], env=clean_env(), capture_output=True,
                        text=True, timeout=120)
     if r.returncode:

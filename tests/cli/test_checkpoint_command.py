@@ -9,7 +9,7 @@ import json, os, re, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, token_file, user_env  # noqa: E402
+from checks import check, checksum, finish, one_error, token_file, user_env  # noqa: E402
 
 
 def zero(*args, timeout=300):
@@ -25,18 +25,6 @@ def steps(out):
         if m:
             got[int(m.group(1))] = m.group(2)
     return got
-
-
-def checksum(out):
-    m = re.search(r"checksum ([0-9a-f]{16})", out)
-    return m.group(1) if m else None
-
-
-def one_error(name, r, *words):
-    """(name, ok, detail) for check(): failed with one 'error' line on stderr holding every word."""
-    lines = [l for l in r.stderr.splitlines() if "error" in l.lower()]
-    return (name, r.returncode != 0 and len(lines) == 1 and all(w in lines[0] for w in words),
-            r.stdout + r.stderr)
 
 
 def resumes_bitwise(tmp, name, base, total=20, half=10, save=()):
