@@ -25,12 +25,12 @@ Figures taken while the machine runs other work are not meaningful (both cores a
 Usage: bench/threads.py [--zero build/cli/zero] [--data data/jargon_train.bin]
        [--preset gpt-nano] [--global-batch 16] [--steps 12] [--rounds 3] [--precision fp32,bf16]
        [--python .venv-peers/bin/python] [--json out.json]"""
-import argparse, json, os, re, statistics, subprocess, sys, tempfile
+import argparse, json, os, statistics, subprocess, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "peers"))
-from launch import clean_env, free_port  # noqa: E402
+from launch import clean_env, preset_shape, torch_ranks_json, zero_train_json  # noqa: E402
 
 ZERO_CELLS = (("n1_t1", ["-n", "1", "--threads", "1"]), ("n1_t2", ["-n", "1", "--threads", "2"]),
               ("n2_t1", ["-n", "2", "--threads", "1"]))
@@ -38,20 +38,13 @@ PEER = os.path.join(HERE, "peers", "gpt.py")
 
 
 def run_zero(a, precision, flags):
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "z.json")
-        cmd = [a.zero, "train", "--model", "gpt", "--preset", a.preset, "--data", a.data,
-               "--device", "cpu", "--precision", precision, "--global-batch",
-               str(a.global_batch), "--steps", str(a.steps), "--log-every", str(a.steps),
-               "--json", out, *flags]
-        env = dict(clean_env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        env.pop("OMP_NUM_THREADS", None)
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-        if r.returncode != 0:
-            sys.exit(f"{' '.join(cmd)} failed:\n{r.stdout}{r.stderr}")
-        with open(out) as f:
-            j = json.load(f)
-        return j["tokens_per_second"], j.get("params_checksum")
+    cmd = [a.zero, "train", "--model", "gpt", "--preset", a.preset, "--data", a.data,
+           "--device", "cpu", "--precision", precision, "--global-batch", str(a.global_batch),
+           "--steps", str(a.steps), "--log-every", str(a.steps), *flags]
+    env = dict(clean_env(), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env.pop("OMP_NUM_THREADS", None)
+    j = zero_train_json(cmd, f"{' '.join(cmd)} failed", 3600, env)
+    return j["tokens_per_second"], j.get("params_checksum")
 
 
 def torch_python(a):
@@ -66,34 +59,13 @@ def torch_python(a):
 
 
 def run_torch(a, py, precision):
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "t.json")
-        env = clean_env()
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                   OMP_NUM_THREADS=str(a.torch_threads))
-        cmd = [py, PEER, "--torch-worker", "--world", "1", "--rank", "0", "--stage", "0",
-               "--threads", str(a.torch_threads), "--precision", precision, "--data", a.data,
-               "--global-batch", str(a.global_batch), "--steps", str(a.steps), "--out", out,
-               "--attention", "sdpa", "--adamw", "fused", "--fsdp-bf16", "autocast",
-               "--lr", "3e-3", "--clip", "1.0", "--weight-decay", "0.0",
-               "--shape", json.dumps(a.shape)]
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-        if r.returncode:
-            sys.exit(f"the PyTorch cell failed:\n{r.stderr[-3000:]}")
-        with open(out) as f:
-            return json.load(f)["tokens_per_second"]
-
-
-def preset_shape(a):
-    r = subprocess.run([a.zero, "plan", "--list-presets"], env=clean_env(), capture_output=True,
-                       text=True, timeout=120)
-    for line in r.stdout.splitlines():
-        m = re.match(r"\s*(\S+)\s+(\d+) layers, hidden\s+(\d+),\s+(\d+) heads, vocab (\d+), "
-                     r"seq (\d+)", line)
-        if m and m.group(1) == a.preset:
-            return dict(zip(("layers", "hidden", "heads", "vocab", "seq_len"),
-                            map(int, m.groups()[1:])))
-    sys.exit(f"zero plan --list-presets: no preset '{a.preset}'\n{r.stdout}{r.stderr}")
+    return torch_ranks_json(
+        [py, PEER, "--torch-worker", "--world", "1", "--stage", "0",
+         "--threads", str(a.torch_threads), "--precision", precision, "--data", a.data,
+         "--global-batch", str(a.global_batch), "--steps", str(a.steps),
+         "--attention", "sdpa", "--adamw", "fused", "--fsdp-bf16", "autocast",
+         "--lr", "3e-3", "--clip", "1.0", "--weight-decay", "0.0", "--shape", json.dumps(a.shape)],
+        1, "the PyTorch cell failed", 3600, threads=a.torch_threads)["tokens_per_second"]
 
 
 def summary(xs):
@@ -115,7 +87,7 @@ def main():
     a = ap.parse_args()
     if a.steps < 2:
         sys.exit("--steps must be at least 2 (the first step is left out of tokens/s)")
-    a.shape = preset_shape(a)
+    a.shape = preset_shape(a.zero, a.preset)
     py, why = torch_python(a)
     if py is None:
         print(f"PyTorch cell skipped: {why}")

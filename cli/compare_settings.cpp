@@ -81,7 +81,15 @@ void read_hpz(const std::string& part, std::string_view item, WireSetting& s) {
   s.hpz = static_cast<int>(*h);
 }
 
-// One part of a setting (between +), into s.
+// part without prefix where it starts with it, else part.
+std::string_view unprefixed(std::string_view part, std::string_view prefix) {
+  return part.starts_with(prefix) ? part.substr(prefix.size()) : part;
+}
+
+// One part of a setting (between +), into s. Dtypes and encodings go by the names --reduce-dtype,
+// --compress-grads and --compress-weights take; bench/compression_cluster.py's names put what
+// carries them first (dense-bf16, qgZ-int8, qwZ-int8), and qgZ alone is DeepSpeed's
+// zero_quantized_gradients: int4. TopK and hpZ carry arguments of their own.
 void read_part(const std::string& part, std::string_view item, WireSetting& s) {
   auto grads = [&](GradCompression g) {
     if (s.gradients != GradCompression::none)
@@ -93,14 +101,12 @@ void read_part(const std::string& part, std::string_view item, WireSetting& s) {
     s.reduce = d;
   };
   if (part == "dense") return;
-  if (part == "fp32" || part == "dense-fp32") return dtype(DType::f32);
-  if (part == "bf16" || part == "dense-bf16") return dtype(DType::bf16);
-  if (part == "fp16" || part == "dense-fp16") return dtype(DType::f16);
-  if (part == "int8" || part == "qgz-int8") return grads(GradCompression::int8);
-  // qgZ alone is DeepSpeed's zero_quantized_gradients: int4.
-  if (part == "int4" || part == "qgz-int4" || part == "qgz") return grads(GradCompression::int4);
+  if (const auto d = parse_training_dtype(unprefixed(part, "dense-"))) return dtype(*d);
+  const auto g = part == "qgz" ? std::optional(GradCompression::int4)
+                               : parse_grad_compression(unprefixed(part, "qgz-"));
+  if (g == GradCompression::int8 || g == GradCompression::int4) return grads(*g);
   if (part.starts_with("topk")) return read_topk(part, item, s);
-  if (part == "qwz" || part == "qwz-int8") {
+  if (part == "qwz" || part == cat("qwz-", name_of(WeightCompression::int8))) {
     s.weights_int8 = true;
     return;
   }

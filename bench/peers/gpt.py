@@ -50,7 +50,6 @@ import argparse
 import json
 import math
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -58,7 +57,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from launch import clean_env, free_port  # noqa: E402
+from launch import clean_env, preset_shape, torch_ranks_json, zero_train_json  # noqa: E402
 
 HERE = os.path.abspath(__file__)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -256,56 +255,24 @@ def torch_worker(a):
 # The driver.
 
 def run_torch(a, ranks, precision, stage):
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "r.json")
-        env = clean_env()
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
-        args = [sys.executable, HERE, "--torch-worker", "--world", str(ranks), "--stage", str(stage),
-                "--precision", precision, "--data", a.data, "--global-batch", str(a.global_batch),
-                "--steps", str(a.steps), "--out", out, "--attention", a.attention,
-                "--adamw", a.adamw, "--fsdp-bf16", a.fsdp_bf16, "--lr", str(a.lr),
-                "--clip", str(a.clip), "--weight-decay", str(a.weight_decay),
-                "--shape", json.dumps(a.shape)]
-        procs = [subprocess.Popen(args + ["--rank", str(r)], env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True) for r in range(ranks)]
-        errs = [p.communicate(timeout=900)[1] for p in procs]
-        if any(p.returncode for p in procs):
-            raise SystemExit(f"torch stage {stage} {precision} {ranks} ranks failed:\n"
-                             + "\n".join(e[-3000:] for e in errs if e))
-        with open(out) as f:
-            return json.load(f)
+    return torch_ranks_json(
+        [sys.executable, HERE, "--torch-worker", "--world", str(ranks), "--stage", str(stage),
+         "--precision", precision, "--data", a.data, "--global-batch", str(a.global_batch),
+         "--steps", str(a.steps), "--attention", a.attention, "--adamw", a.adamw,
+         "--fsdp-bf16", a.fsdp_bf16, "--lr", str(a.lr), "--clip", str(a.clip),
+         "--weight-decay", str(a.weight_decay), "--shape", json.dumps(a.shape)],
+        ranks, f"torch stage {stage} {precision} {ranks} ranks failed", 900)
 
 
 def run_zero(a, ranks, precision, stage):
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "z.json")
-        cmd = [a.zero, "train", "--model", "gpt", "--preset", a.preset, "--data", a.data,
-               "-n", str(ranks), "--stage", str(stage), "--precision", precision,
-               "--global-batch", str(a.global_batch), "--steps", str(a.steps),
-               "--log-every", str(a.steps), "--json", out]
-        r = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=900)
-        if r.returncode:
-            raise SystemExit(f"zero stage {stage} {precision} {ranks} ranks failed:\n{r.stderr}")
-        with open(out) as f:
-            j = json.load(f)
-        return {k: j[k] for k in ("tokens_per_second", "mfu", "flops_per_token", "peak_flops",
-                                  "step_time", "first_loss", "final_loss", "params",
-                                  "seconds_per_step")}
-
-
-def preset_shape(a):
-    # `zero plan --list-presets`: "gpt-nano  4 layers, hidden 128, 4 heads, vocab 256, seq 128: ..."
-    r = subprocess.run([a.zero, "plan", "--list-presets"], env=clean_env(), capture_output=True,
-                       text=True, timeout=120)
-    if r.returncode:
-        raise SystemExit(f"zero plan --list-presets failed:\n{r.stderr}")
-    for line in r.stdout.splitlines():
-        m = re.match(r"\s*(\S+)\s+(\d+) layers, hidden\s+(\d+),\s+(\d+) heads, vocab (\d+), "
-                     r"seq (\d+)", line)
-        if m and m.group(1) == a.preset:
-            return dict(zip(("layers", "hidden", "heads", "vocab", "seq_len"),
-                            map(int, m.groups()[1:])))
-    raise SystemExit(f"zero plan --list-presets: no preset '{a.preset}'")
+    j = zero_train_json([a.zero, "train", "--model", "gpt", "--preset", a.preset, "--data", a.data,
+                         "-n", str(ranks), "--stage", str(stage), "--precision", precision,
+                         "--global-batch", str(a.global_batch), "--steps", str(a.steps),
+                         "--log-every", str(a.steps)],
+                        f"zero stage {stage} {precision} {ranks} ranks failed", 900)
+    return {k: j[k] for k in ("tokens_per_second", "mfu", "flops_per_token", "peak_flops",
+                              "step_time", "first_loss", "final_loss", "params",
+                              "seconds_per_step")}
 
 
 def main():
@@ -352,7 +319,7 @@ def main():
                            check=True)
         subprocess.run([a.zero, "data", text, "--out", prefix], env=clean_env(), check=True)
         a.data = prefix + "_train.bin"
-    a.shape = preset_shape(a)
+    a.shape = preset_shape(a.zero, a.preset)
     if a.global_batch % 4:
         print("note: a global batch that 4 does not divide splits unevenly at 4 ranks",
               file=sys.stderr)

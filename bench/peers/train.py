@@ -31,13 +31,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from launch import clean_env, free_port  # noqa: E402
+from launch import torch_ranks_json, zero_train_json  # noqa: E402
 
 HERE = os.path.abspath(__file__)
 
@@ -108,35 +106,20 @@ def torch_worker(a):
 
 
 def run_torch(a, ranks, precision, stage):
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "r.json")
-        env = clean_env()
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
-        args = [sys.executable, HERE, "--torch-worker", "--world", str(ranks), "--stage", str(stage),
-                "--precision", precision, "--layers", str(a.layers), "--width", str(a.width),
-                "--global-batch", str(a.global_batch), "--steps", str(a.steps), "--out", out]
-        procs = [subprocess.Popen(args + ["--rank", str(r)], env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True) for r in range(ranks)]
-        errs = [p.communicate(timeout=600)[1] for p in procs]
-        if any(p.returncode for p in procs):
-            raise SystemExit(f"torch stage {stage} {precision} {ranks} ranks failed:\n"
-                             + "\n".join(e[-2000:] for e in errs if e))
-        with open(out) as f:
-            return json.load(f)["samples_per_second"]
+    return torch_ranks_json(
+        [sys.executable, HERE, "--torch-worker", "--world", str(ranks), "--stage", str(stage),
+         "--precision", precision, "--layers", str(a.layers), "--width", str(a.width),
+         "--global-batch", str(a.global_batch), "--steps", str(a.steps)],
+        ranks, f"torch stage {stage} {precision} {ranks} ranks failed", 600)["samples_per_second"]
 
 
 def run_zero(a, ranks, precision, stage):
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "z.json")
-        r = subprocess.run([a.zero, "train", "-n", str(ranks), "--stage", str(stage),
+    return zero_train_json([a.zero, "train", "-n", str(ranks), "--stage", str(stage),
                             "--precision", precision, "--layers", str(a.layers),
                             "--width", str(a.width), "--global-batch", str(a.global_batch),
-                            "--steps", str(a.steps), "--log-every", str(a.steps), "--json", out],
-                           env=clean_env(), capture_output=True, text=True, timeout=600)
-        if r.returncode:
-            raise SystemExit(f"zero stage {stage} {precision} {ranks} ranks failed:\n{r.stderr}")
-        with open(out) as f:
-            return json.load(f)["samples_per_second"]
+                            "--steps", str(a.steps), "--log-every", str(a.steps)],
+                           f"zero stage {stage} {precision} {ranks} ranks failed",
+                           600)["samples_per_second"]
 
 
 def main():

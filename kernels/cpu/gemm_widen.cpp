@@ -22,25 +22,27 @@ namespace {
 
 constexpr std::size_t kPanelFloats = std::size_t{1} << 22;
 
-// Rows per task of the rank's threads when widening or rounding a panel: about 64 Ki elements,
-// each row converted alone (exactly), so the split changes nothing.
-std::size_t rows_per_task(int cols) {
-  return std::max<std::size_t>(1, (std::size_t{1} << 16) / static_cast<std::size_t>(cols));
+// Converts a rows×cols matrix (row strides ld_src, ld_dst) between bf16 and fp32 on the rank's
+// threads, widening or rounding a panel: about 64 Ki elements a task, each row converted alone
+// (exactly), so the split changes nothing; rows stored back to back go as one run.
+template <class From, class To>
+void convert_rows(const From* src, int ld_src, To* dst, int ld_dst, int rows, int cols) {
+  const std::size_t per_task = std::max<std::size_t>(1, (std::size_t{1} << 16) / cols);
+  for_blocks(static_cast<std::size_t>(rows), per_task, [&](std::size_t r0, std::size_t r1) {
+    if (ld_src == cols && ld_dst == cols) {
+      const std::size_t b = r0 * cols, len = (r1 - r0) * cols;
+      convert(std::span(src + b, len), std::span(dst + b, len));
+      return;
+    }
+    for (std::size_t r = r0; r < r1; ++r)
+      convert(std::span(src + r * ld_src, cols), std::span(dst + r * ld_dst, cols));
+  });
 }
 
 // Widens a stored rows×cols bf16 matrix (row stride ld) into dst, packed (row stride cols).
 void widen_packed(const bf16* src, int rows, int cols, int ld, std::vector<float>& dst) {
   dst.resize(static_cast<std::size_t>(rows) * cols);
-  float* out = dst.data();
-  for_blocks(static_cast<std::size_t>(rows), rows_per_task(cols), [&](std::size_t r0, std::size_t r1) {
-    if (ld == cols) {
-      const std::size_t b = r0 * cols, len = (r1 - r0) * cols;
-      convert(std::span(src + b, len), std::span(out + b, len));
-      return;
-    }
-    for (std::size_t r = r0; r < r1; ++r)
-      convert(std::span(src + r * ld, cols), std::span(out + r * cols, cols));
-  });
+  convert_rows(src, ld, dst.data(), cols, rows, cols);
 }
 
 // Panel sizes: k whole up to 8,192 (every GPT-2 shape but the vocabulary's gradient), so each
@@ -112,11 +114,7 @@ void widen_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* 
         gemm(ta, tb, mb, nb, kb, alpha, s.a.data(), ta ? mb : kb, s.b.data(), tb ? kb : nb,
              k0 == 0 ? beta : 1.0f, c, ldc_f);
       }
-      if constexpr (bf16_out)
-        for_blocks(static_cast<std::size_t>(mb), rows_per_task(nb), [&](std::size_t i0, std::size_t i1) {
-          for (std::size_t i = i0; i < i1; ++i)
-            convert(std::span<const float>(s.c.data() + i * nb, nb), std::span(c_out + i * ldc, nb));
-        });
+      if constexpr (bf16_out) convert_rows(s.c.data(), nb, c_out, ldc, mb, nb);
     }
   }
 }

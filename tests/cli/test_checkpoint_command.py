@@ -9,7 +9,7 @@ import json, os, re, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import check, checksum, finish, one_error, token_file, user_env  # noqa: E402
 
 
 def zero(*args, timeout=300):
@@ -25,18 +25,6 @@ def steps(out):
         if m:
             got[int(m.group(1))] = m.group(2)
     return got
-
-
-def checksum(out):
-    m = re.search(r"checksum ([0-9a-f]{16})", out)
-    return m.group(1) if m else None
-
-
-def one_error(name, r, *words):
-    """(name, ok, detail) for check(): failed with one 'error' line on stderr holding every word."""
-    lines = [l for l in r.stderr.splitlines() if "error" in l.lower()]
-    return (name, r.returncode != 0 and len(lines) == 1 and all(w in lines[0] for w in words),
-            r.stdout + r.stderr)
 
 
 def resumes_bitwise(tmp, name, base, total=20, half=10, save=()):
@@ -71,13 +59,10 @@ with tempfile.TemporaryDirectory() as tmp:
     resumes_bitwise(tmp, "mlp-stage1-sync-save", mlp + ["--stage", "1"], save=["--save-sync"])
 
     # The GPT: the data position (a shuffled order per epoch) continues where it stopped.
-    txt = os.path.join(tmp, "text.txt")
-    with open(txt, "w") as f:
-        f.write("It was the best of times, it was the worst of times, it was the age of wisdom. " * 80)
-    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
-    check("zero data makes the token files", r.returncode == 0, r.stdout + r.stderr)
+    data = token_file(ZERO, tmp, "It was the best of times, it was the worst of times, it was the "
+                                 "age of wisdom. " * 80)
     gpt = ["train", "--model", "gpt", "--preset", "gpt-micro", "--device", "cpu", "-n", "2",
-           "--global-batch", "8", "--data", os.path.join(tmp, "t_train.bin")]
+           "--global-batch", "8", "--data", data]
     gpt_ck, gpt_sum = resumes_bitwise(tmp, "gpt-stage3-bf16", gpt + ["--stage", "3"], total=8, half=4)
 
     # --init from an export: the weights are the checkpoint's (lr 0 keeps them through a step),

@@ -12,7 +12,7 @@ import array, json, os, resource, struct, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import check, finish, one_error, token_file, user_env  # noqa: E402
 
 MIB = 1 << 20
 
@@ -20,12 +20,6 @@ MIB = 1 << 20
 def zero(*args, timeout=300, env=None):
     return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout,
                           env=env or user_env())
-
-
-def one_error(name, r, *words):
-    lines = [l for l in r.stderr.splitlines() if "error" in l.lower()]
-    check(name, r.returncode != 0 and len(lines) == 1 and all(w in lines[0] for w in words),
-          r.stdout + r.stderr)
 
 
 # --- safetensors, from the specification ---------------------------------------------------
@@ -189,34 +183,31 @@ with tempfile.TemporaryDirectory() as tmp:
           r.returncode == 0 and not bad, r.stderr + str(bad))
 
     # --- bad input ---------------------------------------------------------------------------
-    one_error("no checkpoint there: one sentence",
-              zero("ckpt", "export", os.path.join(tmp, "none"), "--out", f32), "no such file")
-    one_error("a folder without a checkpoint: one sentence",
-              zero("ckpt", "info", tmp), "holds no complete checkpoint")
-    one_error("an unknown dtype: one sentence",
-              zero("ckpt", "export", mlp, "--out", f32, "--dtype", "fp8"), "--dtype", "fp8")
-    one_error("the output's folder is missing: one sentence",
-              zero("ckpt", "export", mlp, "--out", os.path.join(tmp, "no", "m.safetensors")),
-              "does not exist")
-    one_error("the output is a folder: one sentence",
-              zero("ckpt", "export", mlp, "--out", tmp), "is a folder")
-    one_error("--names hf of the MLP: one sentence",
-              zero("ckpt", "export", mlp, "--out", f32, "--names", "hf"), "no Hugging Face")
-    one_error("an unknown subcommand: one sentence with a suggestion",
-              zero("ckpt", "exprot", mlp), "did you mean 'export'")
-    one_error("no --out: one sentence", zero("ckpt", "export", mlp), "--out")
+    check(*one_error("no checkpoint there: one sentence",
+                     zero("ckpt", "export", os.path.join(tmp, "none"), "--out", f32),
+                     "no such file"))
+    check(*one_error("a folder without a checkpoint: one sentence",
+                     zero("ckpt", "info", tmp), "holds no complete checkpoint"))
+    check(*one_error("an unknown dtype: one sentence",
+                     zero("ckpt", "export", mlp, "--out", f32, "--dtype", "fp8"), "--dtype", "fp8"))
+    check(*one_error("the output's folder is missing: one sentence",
+                     zero("ckpt", "export", mlp, "--out", os.path.join(tmp, "no", "m.safetensors")),
+                     "does not exist"))
+    check(*one_error("the output is a folder: one sentence",
+                     zero("ckpt", "export", mlp, "--out", tmp), "is a folder"))
+    check(*one_error("--names hf of the MLP: one sentence",
+                     zero("ckpt", "export", mlp, "--out", f32, "--names", "hf"), "no Hugging Face"))
+    check(*one_error("an unknown subcommand: one sentence with a suggestion",
+                     zero("ckpt", "exprot", mlp), "did you mean 'export'"))
+    check(*one_error("no --out: one sentence", zero("ckpt", "export", mlp), "--out"))
 
     # --- the GPT -----------------------------------------------------------------------------
-    txt = os.path.join(tmp, "text.txt")
-    with open(txt, "w") as f:
-        f.write("It was the best of times, it was the worst of times. " * 200)
-    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
+    data = token_file(ZERO, tmp, "It was the best of times, it was the worst of times. " * 200)
     gpt = os.path.join(tmp, "gpt")
-    r2 = zero("train", "--model", "gpt", "--preset", "gpt-micro", "--data",
-              os.path.join(tmp, "t_train.bin"), "-n", "2", "--stage", "3", "--steps", "3",
-              "--global-batch", "8", "--device", "cpu", "--save", gpt)
-    check("the GPT trains and saves", r.returncode == 0 and r2.returncode == 0,
-          r2.stdout + r2.stderr)
+    r2 = zero("train", "--model", "gpt", "--preset", "gpt-micro", "--data", data, "-n", "2",
+              "--stage", "3", "--steps", "3", "--global-batch", "8", "--device", "cpu",
+              "--save", gpt)
+    check("the GPT trains and saves", r2.returncode == 0, r2.stdout + r2.stderr)
     gmeta, gparams = read_checkpoint(newest(gpt))
     hf = os.path.join(tmp, "gpt2.safetensors")
     r = zero("ckpt", "export", gpt, "--out", hf)

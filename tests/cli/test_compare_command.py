@@ -12,7 +12,7 @@ import json, os, re, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import check, finish, one_error, token_file, user_env  # noqa: E402
 
 
 def zero(*args, timeout=300, env=None):
@@ -20,20 +20,11 @@ def zero(*args, timeout=300, env=None):
                           env=env or user_env())
 
 
-def one_error(name, r, *words):
-    lines = [l for l in r.stderr.splitlines() if "error" in l.lower()]
-    return (name, r.returncode != 0 and len(lines) == 1 and all(w in lines[0] for w in words),
-            r.stdout + r.stderr)
-
-
 with tempfile.TemporaryDirectory() as tmp:
-    txt = os.path.join(tmp, "text.txt")
-    with open(txt, "w") as f:
-        f.write("It was the best of times, it was the worst of times, it was the age of wisdom. " * 80)
-    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
-    check("zero data makes the token files", r.returncode == 0, r.stdout + r.stderr)
+    data = token_file(ZERO, tmp, "It was the best of times, it was the worst of times, it was the "
+                                 "age of wisdom. " * 80)
     gpt = ["--model", "gpt", "--preset", "gpt-micro", "--device", "cpu", "-n", "4",
-           "--global-batch", "8", "--data", os.path.join(tmp, "t_train.bin")]
+           "--global-batch", "8", "--data", data]
     js, svg = os.path.join(tmp, "cmp.json"), os.path.join(tmp, "cmp.svg")
     # gpt-micro's units are below DeepSpeed's default persistence threshold (1e5 elements): with
     # it every unit would stay gathered at stage 3. At 0 each is gathered before use.

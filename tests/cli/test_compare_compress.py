@@ -12,7 +12,7 @@ import json, os, re, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import check, finish, one_error, token_file, user_env  # noqa: E402
 
 
 def zero(*args, timeout=300):
@@ -20,27 +20,18 @@ def zero(*args, timeout=300):
                           env=user_env())
 
 
-def one_error(name, r, *words):
-    lines = [l for l in r.stderr.splitlines() if "error" in l.lower()]
-    return (name, r.returncode != 0 and len(lines) == 1 and all(w in lines[0] for w in words),
-            r.stdout + r.stderr)
-
-
 SETTINGS = ["dense", "fp32", "int8", "int4", "topk:0.01", "topk:0.01:noef", "qwZ"]
 
 with tempfile.TemporaryDirectory() as tmp:
-    txt = os.path.join(tmp, "text.txt")
-    with open(txt, "w") as f:
-        f.write("It was the best of times, it was the worst of times, it was the age of wisdom. " * 80)
-    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
-    check("zero data makes the token files", r.returncode == 0, r.stdout + r.stderr)
+    data = token_file(ZERO, tmp, "It was the best of times, it was the worst of times, it was the "
+                                 "age of wisdom. " * 80)
     # gpt-micro's units are below the default persistence threshold: at 0 each is gathered
     # before use at stage 3, so qwZ has gathers to compress.
     cfg = os.path.join(tmp, "ds.json")
     with open(cfg, "w") as f:
         json.dump({"zero_optimization": {"stage3_param_persistence_threshold": 0}}, f)
     gpt = ["--model", "gpt", "--preset", "gpt-micro", "--device", "cpu", "-n", "2",
-           "--global-batch", "4", "--data", os.path.join(tmp, "t_train.bin"), "--config", cfg]
+           "--global-batch", "4", "--data", data, "--config", cfg]
     js, svg = os.path.join(tmp, "cmp.json"), os.path.join(tmp, "cmp.svg")
     r = zero("compare", *gpt, "--stages", "2,3", "--warmup", "1", "--steps", "3", "--repeats", "2",
              "--compress", ",".join(SETTINGS), "--json", js, "--chart", svg)

@@ -5,11 +5,11 @@ run with error feedback resumes bitwise from a checkpoint (and not without its r
 plan equals the run to the byte (memory per category, traffic per group); DeepSpeed's
 zero_quantized_gradients and zero_quantized_weights change the plan and the weights; bad flags are
 one sentence. Usage: test_compress_command.py path/to/zero. Prints 'N passed, N failed'."""
-import json, os, re, shutil, subprocess, sys, tempfile
+import json, os, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import check, checksum, finish, one_error, token_file, user_env  # noqa: E402
 
 TEXT = ("Compression trades bytes on the wire for error in the sum; error feedback carries what "
         "was not sent into the next step. ") * 40
@@ -25,24 +25,8 @@ def zero(*args, timeout=300):
                           env=user_env(ZERO_FMA_PEAK="1e10 fixed"))
 
 
-def checksum(out):
-    m = re.search(r"checksum ([0-9a-f]{16})", out)
-    return m.group(1) if m else None
-
-
-def one_error(name, r, *words):
-    lines = [l for l in r.stderr.splitlines() if "error" in l.lower()]
-    return (name, r.returncode != 0 and len(lines) == 1 and all(w in lines[0] for w in words),
-            r.stdout + r.stderr)
-
-
 with tempfile.TemporaryDirectory() as tmp:
-    txt = os.path.join(tmp, "text.txt")
-    with open(txt, "w") as f:
-        f.write(TEXT)
-    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
-    check("zero data makes the token file", r.returncode == 0, r.stdout + r.stderr)
-    nano = ["--model", "gpt", "--preset", "gpt-nano", "--data", os.path.join(tmp, "t_train.bin"),
+    nano = ["--model", "gpt", "--preset", "gpt-nano", "--data", token_file(ZERO, tmp, TEXT),
             "--device", "cpu"]
     mlp = ["train", "-n", "2", "--global-batch", "48", "--width", "64", "--layers", "3"]
 

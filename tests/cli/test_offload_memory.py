@@ -10,7 +10,7 @@ import json, os, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import check, finish, token_file, user_env  # noqa: E402
 
 TEXT = ("Offload keeps the optimizer's state in host memory and moves the gradients down and the "
         "new params up, and the ledger counts both spaces. ") * 40
@@ -50,12 +50,7 @@ def printed_rows(stdout):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    txt = os.path.join(tmp, "text.txt")
-    with open(txt, "w") as f:
-        f.write(TEXT)
-    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
-    check("zero data makes the token file", r.returncode == 0, r.stdout + r.stderr)
-    data = ["--data", os.path.join(tmp, "t_train.bin")]
+    data = ["--data", token_file(ZERO, tmp, TEXT)]
 
     for stage, params in ((1, False), (2, False), (3, False), (3, True)):
         flags = [*NANO, "-n", "2", "--stage", str(stage), "--device", "emulated", "--config",

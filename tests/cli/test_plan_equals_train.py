@@ -11,7 +11,7 @@ import json, os, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import check, finish, token_file, user_env  # noqa: E402
 
 TEXT = ("The plan is the run: what each rank holds is counted before anything starts, and the "
         "ledger of the run measures the same bytes at every stage. ") * 40
@@ -53,12 +53,7 @@ def zero(*args, timeout=300):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    txt = os.path.join(tmp, "text.txt")
-    with open(txt, "w") as f:
-        f.write(TEXT)
-    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
-    check("zero data makes the token file", r.returncode == 0, r.stdout + r.stderr)
-    data = ["--data", os.path.join(tmp, "t_train.bin")]
+    data = ["--data", token_file(ZERO, tmp, TEXT)]
 
     checksums = {}  # (the flags but --device, device): the weights a run ended with
     for model, n, stage, batch in GRID:

@@ -10,7 +10,7 @@ import json, os, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import check, finish, token_file, user_env  # noqa: E402
 
 TEXT = ("Recomputation trades compute for memory: each block keeps its input, and backward runs "
         "the block's forward again before its own gradients. ") * 40
@@ -43,12 +43,7 @@ def planned(summary, category):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    txt = os.path.join(tmp, "text.txt")
-    with open(txt, "w") as f:
-        f.write(TEXT)
-    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
-    check("zero data makes the token file", r.returncode == 0, r.stdout + r.stderr)
-    data = ["--data", os.path.join(tmp, "t_train.bin")]
+    data = ["--data", token_file(ZERO, tmp, TEXT)]
 
     # Bitwise: the same weights with and without recomputation, at every stage, 2 and 3 ranks.
     for stage, ranks in ((0, 2), (1, 3), (2, 2), (3, 3)):

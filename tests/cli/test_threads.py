@@ -8,7 +8,7 @@ import json, os, re, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import check, checksum, finish, token_file, user_env  # noqa: E402
 
 TEXT = ("It was the best of times, it was the worst of times, it was the age of wisdom, it was "
         "the age of foolishness, it was the epoch of belief, it was the epoch of incredulity. ") * 60
@@ -20,26 +20,16 @@ def zero(*args, timeout=300, **extra):
     return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
-def checksum(r):
-    m = re.search(r"checksum ([0-9a-f]{16})", r.stdout)
-    return m.group(1) if m else None
-
-
 with tempfile.TemporaryDirectory() as tmp:
-    txt = os.path.join(tmp, "text.txt")
-    with open(txt, "w") as f:
-        f.write(TEXT)
-    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
-    check("zero data makes the token files", r.returncode == 0, r.stdout + r.stderr)
     base = ["train", "--model", "gpt", "--preset", "gpt-micro", "--device", "cpu",
-            "--global-batch", "8", "--data", os.path.join(tmp, "t_train.bin"), "--steps", "4",
+            "--global-batch", "8", "--data", token_file(ZERO, tmp, TEXT), "--steps", "4",
             "--log-every", "4"]
     for precision in ("fp32", "bf16"):
         sums = {}
         for threads in ("1", "2", "3"):
             r = zero(*base, "-n", "1", "--precision", precision, "--threads", threads)
             check(f"{precision} --threads {threads}: trains", r.returncode == 0, r.stdout + r.stderr)
-            sums[threads] = checksum(r)
+            sums[threads] = checksum(r.stdout)
             check(f"{precision} --threads {threads}: the run line says it",
                   f"zero train: {threads} thread{'s' if threads != '1' else ''} a rank (--threads)"
                   in r.stdout, r.stdout)
@@ -58,7 +48,7 @@ with tempfile.TemporaryDirectory() as tmp:
                  "--threads", threads)
         check(f"stage 3, 4 micro-batches, --threads {threads}: trains", r.returncode == 0,
               r.stdout + r.stderr)
-        sums[threads] = checksum(r)
+        sums[threads] = checksum(r.stdout)
     check("stage 3 with accumulation: the same weights at 1 and 3 threads",
           sums["1"] is not None and len(set(sums.values())) == 1, sums)
 

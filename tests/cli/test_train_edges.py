@@ -11,7 +11,7 @@ import json, os, re, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import check, finish, token_file, user_env  # noqa: E402
 
 SMALL = ["--device", "cpu", "--layers", "2", "--width", "64", "--global-batch", "4",
          "--log-every", "1000"]
@@ -106,13 +106,9 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # MFU against a peak far below what any step reaches (ZERO_FMA_PEAK: what the launcher hands
     # the ranks): raised to the fastest step's rate, said once, never above 100%.
-    data = os.path.join(tmp, "text")
-    with open(data + ".txt", "w") as f:
-        f.write("the quick brown fox jumps over the lazy dog. " * 400)
-    subprocess.run([ZERO, "data", data + ".txt", "--out", data], capture_output=True,
-                   env=user_env())
+    data = token_file(ZERO, tmp, "the quick brown fox jumps over the lazy dog. " * 400)
     r = subprocess.run([ZERO, "train", "-n", "1", "--device", "cpu", "--model", "gpt", "--preset",
-                        "gpt-nano", "--data", data + "_train.bin", "--global-batch", "2",
+                        "gpt-nano", "--data", data, "--global-batch", "2",
                         "--steps", "4", "--log-every", "1"], capture_output=True, text=True,
                        timeout=300, env=user_env(ZERO_FMA_PEAK="1e6 avx2 fma"))
     check("gpt with a peak of 1 MFLOP/s: exit status 0", r.returncode == 0, r.stdout + r.stderr)

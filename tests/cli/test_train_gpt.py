@@ -9,7 +9,7 @@ import json, os, re, struct, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import check, finish, token_file, user_env  # noqa: E402
 
 TEXT = ("It was the best of times, it was the worst of times, it was the age of wisdom, it was "
         "the age of foolishness, it was the epoch of belief, it was the epoch of incredulity. ") * 60
@@ -27,12 +27,7 @@ def one_error(r):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    txt = os.path.join(tmp, "text.txt")
-    with open(txt, "w") as f:
-        f.write(TEXT)
-    r = zero("data", txt, "--out", os.path.join(tmp, "t"))
-    check("zero data makes the token files", r.returncode == 0, r.stdout + r.stderr)
-    data = os.path.join(tmp, "t_train.bin")
+    data = token_file(ZERO, tmp, TEXT)
 
     common = ["train", "--model", "gpt", "--preset", "gpt-micro", "--device", "cpu", "-n", "2",
               "--global-batch", "8", "--lr", "0.01"]
