@@ -391,12 +391,11 @@ std::string gemm_bf16_onednn_f32(bool ta, bool tb, int m, int n, int k, float al
   detail::WidenScratch& s = detail::widen_scratch();
   const std::size_t a_n = extent(ta ? k : m, ta ? m : k, lda);
   const std::size_t b_n = extent(tb ? n : k, tb ? k : n, ldb);
-  s.a.resize(a_n);
-  s.b.resize(b_n);
-  convert(std::span(A, a_n), std::span(s.a));
-  convert(std::span(B, b_n), std::span(s.b));
-  return run_onednn(key_of(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc, dt::f32, dt::f32),
-                    s.a.data(), s.b.data(), C)
+  float* a = detail::WidenScratch::at_least(s.a, a_n);
+  float* b = detail::WidenScratch::at_least(s.b, b_n);
+  convert(std::span(A, a_n), std::span(a, a_n));
+  convert(std::span(B, b_n), std::span(b, b_n));
+  return run_onednn(key_of(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc, dt::f32, dt::f32), a, b, C)
       .pd.impl_info_str();
 }
 

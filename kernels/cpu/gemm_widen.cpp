@@ -41,8 +41,8 @@ void convert_rows(const From* src, int ld_src, To* dst, int ld_dst, int rows, in
 
 // Widens a stored rows×cols bf16 matrix (row stride ld) into dst, packed (row stride cols).
 void widen_packed(const bf16* src, int rows, int cols, int ld, std::vector<float>& dst) {
-  dst.resize(static_cast<std::size_t>(rows) * cols);
-  convert_rows(src, ld, dst.data(), cols, rows, cols);
+  float* d = WidenScratch::at_least(dst, static_cast<std::size_t>(rows) * cols);
+  convert_rows(src, ld, d, cols, rows, cols);
 }
 
 // Panel sizes: k whole up to 8,192 (every GPT-2 shape but the vocabulary's gradient), so each
@@ -85,7 +85,7 @@ void widen_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const bf16* 
         if (beta != 0)
           widen_packed(c_out, mb, nb, ldc, s.c);
         else
-          s.c.resize(static_cast<std::size_t>(mb) * nb);
+          WidenScratch::at_least(s.c, static_cast<std::size_t>(mb) * nb);
         c = s.c.data();
         ldc_f = nb;
       } else {

@@ -1,6 +1,10 @@
 // Tests of the OpenBLAS GEMM wrapper (kernels/cpu/gemm.hpp).
+#include <cblas.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu/gemm.hpp"
@@ -59,6 +63,43 @@ TEST_CASE("gemm with k = 0 only scales C by beta") {
   const float unused = 0;
   gemm(false, false, 2, 2, 0, 1.0f, &unused, 1, &unused, 2, 0.5f, C.data(), 2);
   CHECK(C == std::vector<float>{0.5f, 1.0f, 1.5f, 2.0f});
+}
+
+TEST_CASE("gemm with beta = 0 gives OpenBLAS's own beta = 0 bits and never reads C") {
+  // gemm zeroes C's rows itself and asks OpenBLAS for beta = 1: the same sums, bit for bit, at
+  // the trainer's shapes (row pieces, k up to 512) and odd ones; NaN in C must not leak in, and
+  // the padding columns past n must stay as they were.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Shape {
+    int m, n, k;
+  };
+  for (const Shape sh : {Shape{13, 7, 29}, Shape{200, 128, 512}, Shape{2048, 96, 128}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        INFO("m " << sh.m << " n " << sh.n << " k " << sh.k << " ta " << ta << " tb " << tb);
+        const int pad = 3, lda = (ta ? sh.m : sh.k) + pad, ldb = (tb ? sh.k : sh.n) + pad;
+        const int ldc = sh.n + pad;
+        const auto A = uniform_values(static_cast<std::size_t>((ta ? sh.k : sh.m) * lda), 81);
+        const auto B = uniform_values(static_cast<std::size_t>((tb ? sh.n : sh.k) * ldb), 82);
+        std::vector<float> want(static_cast<std::size_t>(sh.m) * ldc, nan);
+        std::vector<float> got = want;
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    sh.m, sh.n, sh.k, 0.75f, A.data(), lda, B.data(), ldb, 0.0f, want.data(), ldc);
+        gemm(ta, tb, sh.m, sh.n, sh.k, 0.75f, A.data(), lda, B.data(), ldb, 0.0f, got.data(), ldc);
+        int differ = 0, padding_changed = 0;
+        for (int i = 0; i < sh.m; ++i)
+          for (int j = 0; j < ldc; ++j) {
+            const float g = got[static_cast<std::size_t>(i) * ldc + j];
+            if (j >= sh.n)
+              padding_changed += !std::isnan(g);
+            else
+              differ += std::memcmp(&g, &want[static_cast<std::size_t>(i) * ldc + j], 4) != 0;
+          }
+        CHECK(differ == 0);
+        CHECK(padding_changed == 0);
+      }
+    }
+  }
 }
 
 TEST_CASE("gemm rejects negative sizes and leading dimensions too small for the shape") {
