@@ -369,28 +369,28 @@ TEST_CASE("a GEMM split in row blocks gives the whole call's bits at every threa
       }
 }
 
-TEST_CASE("a GEMM's row pieces are cut at multiples of OpenBLAS's row walk and shared evenly",
+TEST_CASE("a GEMM's row pieces are cut at multiples of OpenBLAS's row walk, one a thread",
           "[threads]") {
-  for (int m : {1, 23, 24, 100, 128, 200, 500, 1024, 1536, 1700, 4096, 50257}) {
-    INFO("m " << m);
-    const cpu::GemmRowCuts cuts = cpu::gemm_row_cuts(m);
-    REQUIRE(cuts.pieces >= 1);
-    CHECK(cuts.pieces <= 16);
-    CHECK(cuts.begin(0) == 0);
-    CHECK(cuts.begin(cuts.pieces) == static_cast<std::size_t>(m));
-    std::size_t smallest = static_cast<std::size_t>(m), largest = 0;
-    for (std::size_t p = 0; p < cuts.pieces; ++p) {
-      CHECK(cuts.begin(p) % 24 == 0);
-      CHECK(cuts.begin(p) < cuts.begin(p + 1));
-      const std::size_t rows = cuts.begin(p + 1) - cuts.begin(p);
-      if (p + 1 < cuts.pieces) smallest = std::min(smallest, rows);
-      largest = std::max(largest, rows);
+  for (int threads : {1, 2, 3, 4, 16})
+    for (int m : {1, 23, 24, 100, 128, 200, 500, 1024, 1536, 1700, 4096, 50257}) {
+      INFO("m " << m << ", " << threads << " threads");
+      const cpu::GemmRowCuts cuts = cpu::gemm_row_cuts(m, threads);
+      const std::size_t units = (static_cast<std::size_t>(m) + 23) / 24;
+      CHECK(cuts.pieces == std::min<std::size_t>(static_cast<std::size_t>(threads), units));
+      CHECK(cuts.begin(0) == 0);
+      CHECK(cuts.begin(cuts.pieces) == static_cast<std::size_t>(m));
+      std::size_t smallest = static_cast<std::size_t>(m), largest = 0;
+      for (std::size_t p = 0; p < cuts.pieces; ++p) {
+        CHECK(cuts.begin(p) % 24 == 0);
+        CHECK(cuts.begin(p) < cuts.begin(p + 1));
+        const std::size_t rows = cuts.begin(p + 1) - cuts.begin(p);
+        if (p + 1 < cuts.pieces) smallest = std::min(smallest, rows);
+        largest = std::max(largest, rows);
+      }
+      // The full pieces within one unit of each other.
+      if (cuts.pieces > 2) CHECK(largest - smallest <= 24);
     }
-    // Even in number once there are two units, and the full pieces within one unit of each other.
-    if (m > 24) CHECK(cuts.pieces % 2 == 0);
-    if (cuts.pieces > 2) CHECK(largest - smallest <= 24);
-  }
-  // gpt-nano's micro-batch of one sequence (128 rows): two pieces, not 96 + 32.
-  CHECK(cpu::gemm_row_cuts(128).pieces == 2);
-  CHECK(cpu::gemm_row_cuts(128).begin(1) == 72);
+  // gpt-nano's micro-batch of one sequence (128 rows) at two threads: 72 + 56, not 96 + 32.
+  CHECK(cpu::gemm_row_cuts(128, 2).pieces == 2);
+  CHECK(cpu::gemm_row_cuts(128, 2).begin(1) == 72);
 }
