@@ -435,7 +435,8 @@ void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
   if (j.writer) {
     std::int64_t total = 0;
     struct Span {
-      std::int64_t state, count;
+      int u, param;
+      std::int64_t unit_pos, count;
     };
     std::vector<Span> spans;
     for (int u = 0; u < static_cast<int>(s.layout().units.size()); ++u) {
@@ -443,8 +444,8 @@ void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
       for (const ShardPiece& p : s.layout().shard_pieces(u, s.shard_rank())) {
         const std::int64_t unit_pos = U.shard_range(s.shard_rank()).begin + p.shard_offset;
         j.pieces.push_back({p.param, p.param_offset, p.count, total * 4});
-        spans.push_back({s.index(u, unit_pos), p.count});
-        total += s.tensors() * p.count;
+        spans.push_back({u, p.param, unit_pos, p.count});
+        total += s.tensors(p.param) * p.count;
       }
     }
     j.size = static_cast<std::size_t>(total) * 4;
@@ -452,8 +453,8 @@ void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
     j.buffer.reserve(j.size);
     std::byte* out = j.buffer.data.get();
     for (const Span& sp : spans)
-      for (int t = 0; t < s.tensors(); ++t) {
-        s.download(t, sp.state, sp.count, out);
+      for (int t = 0; t < s.tensors(sp.param); ++t) {
+        s.download(t, s.index(t, sp.u, sp.unit_pos), sp.count, out);
         out += static_cast<std::size_t>(sp.count) * 4;
       }
   }
@@ -477,9 +478,12 @@ void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
     m.saved_at = utc_now();
     m.config = config_summary(s);
     m.trainer = json::serialize(trainer);
-    for (const ParamLayout& p : s.layout().params)
-      m.params.push_back(
-          {p.name, p.shape, p.numel, s.layout().units[static_cast<std::size_t>(p.unit)].name});
+    for (int q = 0; q < static_cast<int>(s.layout().params.size()); ++q) {
+      const ParamLayout& p = s.layout().params[static_cast<std::size_t>(q)];
+      m.params.push_back({p.name, p.shape, p.numel,
+                          s.layout().units[static_cast<std::size_t>(p.unit)].name,
+                          s.tensors(q) < s.tensors() ? s.tensors(q) : 0});
+    }
   }
   j.result.path = (fs::path(j.dir) / j.final_name).string();
   j.result.step = step;

@@ -117,7 +117,7 @@ struct UnitSizes {
 };
 struct Sizes {
   std::vector<UnitSizes> units;
-  std::map<int, double> ns_flops;  // Muon's Newton-Schulz FLOPs by owner (shard rank)
+  MuonLoad muon;  // Muon's Newton-Schulz FLOPs and matrix elements by owner (shard rank)
   std::int64_t numel = 0, padded_numel = 0, shard_numel = 0;
 };
 
@@ -144,7 +144,7 @@ Sizes lay_out(const std::vector<UnitSpec>& units, const LayoutOptions& lo) {
   out.units.reserve(units.size());
   for (int d : which) {
     const UnitLayout& U = L.units[static_cast<std::size_t>(d)];
-    add_newton_schulz_flops(L, d, out.ns_flops);
+    add_muon_load(L, d, out.muon);
     out.units.push_back({U.numel, U.padded_numel, U.shard_numel, U.persistent});
     if (__builtin_add_overflow(out.numel, U.numel, &out.numel) ||
         __builtin_add_overflow(out.padded_numel, U.padded_numel, &out.padded_numel))
@@ -220,6 +220,7 @@ struct Formula {
   std::int64_t w = 0, r = 0;  // bytes of the working and the reduce dtype
   std::string wn, rn;         // their names
   std::int64_t P = 0, Sh = 0, state = 0;
+  std::int64_t v = 0;  // Muon: AdamW's v (zero/muon_state.hpp); else `state`
   std::string Ps, Ss, state_name, state_count;
 };
 
@@ -235,6 +236,8 @@ Formula formula_of(const Settings& set, const Sizes& L) {
   f.P = L.padded_numel;
   f.Sh = L.shard_numel;
   f.state = f.pol.shard_optimizer ? f.Sh : f.P;
+  f.v = second_moment_elements(f.state, L.muon.elements, set.layout.shard_ranks,
+                               f.pol.shard_optimizer);
   f.Ps = with_commas(f.P);
   f.Ss = with_commas(f.Sh);
   f.state_name = f.pol.shard_optimizer ? "Ψs" : "Ψp";
@@ -289,10 +292,21 @@ void add_grads(Terms& t, const Formula& f) {
 void add_optimizer_states(Terms& t, const Formula& f, PlanOptimizer optimizer) {
   const std::int64_t opt_states = state_buffers(optimizer);
   const char* names[] = {"fp32 Adam m and v", "fp32 SGD momentum", "fp32 LAMB m and v",
-                         "fp32 Lion momentum", "fp32 Muon momentum and AdamW's m and v"};
+                         "fp32 Lion momentum", ""};
   t.add("master", "fp32 master weights" + std::string(f.pol.shard_optimizer ? " (shard)" : " (full)"),
         cat("4 B x ", f.state_name, " = 4 x ", f.state_count),
         t.bytes(4, f.state, "the master weights"), f.offload);
+  if (optimizer == PlanOptimizer::muon) {  // v for AdamW's elements only (zero/muon_state.hpp)
+    t.add("optimizer", "fp32 Muon momentum and AdamW's m",
+          cat("4 B x ", f.state_name, " = 4 x ", f.state_count),
+          t.bytes(4, f.state, "the optimizer state"), f.offload);
+    t.add("optimizer", "fp32 AdamW v (none beside Muon's matrices)",
+          cat("4 B x (", f.state_name,
+              f.pol.shard_optimizer ? " - the fewest Muon elements a rank owns" : " - Muon's elements",
+              ") = 4 x ", with_commas(f.v)),
+          t.bytes(4, f.v, "the optimizer state"), f.offload);
+    return;
+  }
   t.add("optimizer", names[static_cast<int>(optimizer)],
         cat(4 * opt_states, " B x ", f.state_name, " = ", 4 * opt_states, " x ", f.state_count),
         t.bytes(4 * opt_states, f.state, "the optimizer state"), f.offload);
@@ -401,7 +415,7 @@ Plan plan_header(const Settings& set, const Sizes& L) {
   plan.settings = set;
   plan.prefetches = prefetches_any(L, set);
   std::tie(plan.newton_schulz_flops_max, plan.newton_schulz_flops_mean) =
-      newton_schulz_load(L.ns_flops, set.shard_size, !set.policy.shard_optimizer);
+      newton_schulz_load(L.muon.flops, set.shard_size, !set.policy.shard_optimizer);
   return plan;
 }
 
