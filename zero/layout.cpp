@@ -267,8 +267,9 @@ void place_unit_whole(Layout& layout, UnitLayout& unit,
   for (std::size_t i = 0; i < numel.size(); ++i)
     placed.push_back(
         {offsets[i], numel[i],
-         whole[i] ? whole_param_cost(layout.params[static_cast<std::size_t>(unit.first_param) + i].shape)
-                  : 0.0});
+         whole[i]
+             ? whole_param_cost(layout.params[static_cast<std::size_t>(unit.first_param) + i].shape)
+             : 0.0});
   const UnitShards shards = unit_shards(placed, shard);
   const std::vector<int> r = place_shards(shards, ranks, load);
   std::map<std::int64_t, int> rank_of;  // shard -> rank

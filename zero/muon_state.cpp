@@ -5,8 +5,9 @@
 
 namespace zero {
 
-std::int64_t second_moment_elements(std::int64_t state_numel, const std::map<int, std::int64_t>& owned,
-                                    int shard_ranks, bool sharded) {
+std::int64_t second_moment_elements(std::int64_t state_numel,
+                                    const std::map<int, std::int64_t>& owned, int shard_ranks,
+                                    bool sharded) {
   std::int64_t all = 0, least = 0;
   for (const auto& [rank, n] : owned) {
     least = all == 0 ? n : std::min(least, n);

@@ -17,8 +17,9 @@ namespace zero {
 // less the Muon elements of the rank that owns the fewest (`sharded`; `owned`: elements by
 // owner, absent: none), or less all of them (replicated state, stage 0). Every rank holds the
 // same bytes, so that one rank's count (the planner's) holds for all.
-std::int64_t second_moment_elements(std::int64_t state_numel, const std::map<int, std::int64_t>& owned,
-                                    int shard_ranks, bool sharded);
+std::int64_t second_moment_elements(std::int64_t state_numel,
+                                    const std::map<int, std::int64_t>& owned, int shard_ranks,
+                                    bool sharded);
 
 class SecondMomentIndex {
  public:

@@ -303,7 +303,8 @@ void add_optimizer_states(Terms& t, const Formula& f, PlanOptimizer optimizer) {
   if (muon)  // zero/muon_state.hpp
     t.add("optimizer", "fp32 AdamW v (none beside Muon's matrices)",
           cat("4 B x (", f.state_name,
-              f.pol.shard_optimizer ? " - the fewest Muon elements a rank owns" : " - Muon's elements",
+              f.pol.shard_optimizer ? " - the fewest Muon elements a rank owns"
+                                    : " - Muon's elements",
               ") = 4 x ", with_commas(f.v)),
           t.bytes(4, f.v, "the optimizer state"), f.offload);
 }
