@@ -434,28 +434,26 @@ void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
   // 2. This rank's pieces into one host buffer: the piece file's bytes.
   if (j.writer) {
     std::int64_t total = 0;
-    struct Span {
-      std::int64_t state, count;
-    };
-    std::vector<Span> spans;
+    std::vector<std::pair<int, std::int64_t>> at;  // each piece's unit and first element in it
     for (int u = 0; u < static_cast<int>(s.layout().units.size()); ++u) {
       const auto& U = s.layout().units[static_cast<std::size_t>(u)];
       for (const ShardPiece& p : s.layout().shard_pieces(u, s.shard_rank())) {
-        const std::int64_t unit_pos = U.shard_range(s.shard_rank()).begin + p.shard_offset;
         j.pieces.push_back({p.param, p.param_offset, p.count, total * 4});
-        spans.push_back({s.index(u, unit_pos), p.count});
-        total += s.tensors() * p.count;
+        at.emplace_back(u, U.shard_range(s.shard_rank()).begin + p.shard_offset);
+        total += s.tensors(p.param) * p.count;  // Muon's matrices: no exp_avg_sq
       }
     }
     j.size = static_cast<std::size_t>(total) * 4;
     j.buffer = std::move(state_->buffer);
     j.buffer.reserve(j.size);
     std::byte* out = j.buffer.data.get();
-    for (const Span& sp : spans)
-      for (int t = 0; t < s.tensors(); ++t) {
-        s.download(t, sp.state, sp.count, out);
-        out += static_cast<std::size_t>(sp.count) * 4;
+    for (std::size_t k = 0; k < at.size(); ++k) {
+      const auto [param, begin, count, offset] = j.pieces[k];
+      for (int t = 0; t < s.tensors(static_cast<int>(param)); ++t) {
+        s.download(t, s.index(t, at[k].first, at[k].second), count, out);
+        out += static_cast<std::size_t>(count) * 4;
       }
+    }
   }
   if (s.residual()) {  // every rank's own, before rank 0 may commit
     const std::string res = agree(s, checkpoint_detail::save_residual(s, j.staging));
@@ -480,6 +478,8 @@ void Checkpointer::save(const std::string& trainer_state, std::int64_t step) {
     for (const ParamLayout& p : s.layout().params)
       m.params.push_back(
           {p.name, p.shape, p.numel, s.layout().units[static_cast<std::size_t>(p.unit)].name});
+    for (int q = 0; q < static_cast<int>(m.params.size()); ++q)  // Muon's matrices: 2
+      if (s.tensors(q) < m.tensors) m.params[static_cast<std::size_t>(q)].tensors = s.tensors(q);
   }
   j.result.path = (fs::path(j.dir) / j.final_name).string();
   j.result.step = step;

@@ -36,6 +36,11 @@ std::int64_t CheckpointMeta::numel() const {
   return n;
 }
 
+int CheckpointMeta::tensors_of(int param) const {
+  const int t = params[static_cast<std::size_t>(param)].tensors;
+  return t > 0 ? t : tensors;
+}
+
 std::optional<int> CheckpointMeta::param_index(const std::string& name) const {
   for (std::size_t i = 0; i < params.size(); ++i)
     if (params[i].name == name) return static_cast<int>(i);
@@ -245,6 +250,10 @@ void CheckpointReader::read(int param, StateTensor t, std::int64_t begin, std::s
   if (static_cast<int>(t) >= meta_.tensors)
     throw Error(cat(folder_, ": holds no ", name_of(t), " (its optimizer keeps ", meta_.tensors - 1,
                     " state tensor", meta_.tensors == 2 ? "" : "s", ")"));
+  if (static_cast<int>(t) >= meta_.tensors_of(param))
+    throw Error(cat(folder_, ": holds no ", name_of(t), " for param '",
+                    meta_.params[static_cast<std::size_t>(param)].name, "' (its optimizer keeps ",
+                    meta_.tensors_of(param) - 1, " state tensor for it)"));
   const auto& pieces = by_param_.at(static_cast<std::size_t>(param));
   std::int64_t at = begin;
   const std::int64_t end = begin + static_cast<std::int64_t>(out.size());

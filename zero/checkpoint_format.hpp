@@ -20,7 +20,8 @@ inline constexpr const char* kCheckpointMeta = "meta.json";
 inline constexpr std::int64_t kCheckpointChunkBytes = std::int64_t{1} << 20;
 
 // The optimizer state a piece holds, in this order in its file: count fp32 values of each. An
-// optimizer with one state buffer (Lion) writes the first two alone (CheckpointMeta::tensors).
+// optimizer with one state buffer (Lion) writes the first two alone (CheckpointMeta::tensors), and
+// so does Muon for the matrices it owns (its momentum as exp_avg: CheckpointParam::tensors).
 enum class StateTensor : int { master = 0, exp_avg = 1, exp_avg_sq = 2 };
 inline constexpr int kStateTensors = 3;  // the most; Adam's and LAMB's
 const char* name_of(StateTensor t);
@@ -30,6 +31,9 @@ struct CheckpointParam {
   std::vector<std::int64_t> shape;  // as registered
   std::int64_t numel = 0;
   std::string unit;  // the unit it was registered in (for reports only)
+  // The state tensors its pieces hold when fewer than CheckpointMeta::tensors (Muon's matrices:
+  // 2), else 0. meta.json's param "state_tensors", written when not 0.
+  int tensors = 0;
 };
 
 struct CheckpointFile {
@@ -39,8 +43,8 @@ struct CheckpointFile {
 };
 
 // Elements [begin, begin + count) of one parameter: master, exp_avg and exp_avg_sq (the first
-// CheckpointMeta::tensors of them) as count fp32 values each, one after the other from `offset`
-// in file `file`.
+// CheckpointMeta::tensors_of(param) of them) as count fp32 values each, one after the other from
+// `offset` in file `file`.
 struct CheckpointPiece {
   int param = 0;  // index in CheckpointMeta::params
   std::int64_t begin = 0, count = 0;
@@ -71,6 +75,7 @@ struct CheckpointMeta {
   std::vector<CheckpointFile> files;
   std::vector<CheckpointPiece> pieces;  // sorted by (param, begin); they tile each param once
   std::int64_t numel() const;           // parameters in the model
+  int tensors_of(int param) const;      // the state tensors param's pieces hold
   std::optional<int> param_index(const std::string& name) const;
 };
 

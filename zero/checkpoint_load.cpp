@@ -2,6 +2,7 @@
 // rank reads and checks its part into host staging, the ranks agree, and only then is anything
 // stored, so a failure leaves the engine as it was.
 #include <algorithm>
+#include <boost/json.hpp>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -75,6 +76,45 @@ void check_values(std::span<const float> v, StateTensor t, const std::string& pa
   }
 }
 
+// Whether the run that saved `m` trained with Muon (its config's optimizer type).
+bool saved_by_muon(const CheckpointMeta& m) {
+  try {
+    const boost::json::value c = boost::json::parse(m.config);
+    const boost::json::value* type = c.as_object().at("optimizer").as_object().if_contains("type");
+    return type && type->is_string() && type->as_string() == name_of(OptimizerType::muon);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// Each param's state tensors against the checkpoint's (Muon keeps no exp_avg_sq for its
+// matrices): the first mismatch as a sentence, or "".
+std::string compare_tensors(const EngineState& s, const CheckpointMeta& m,
+                            const std::vector<int>& index_of, const std::string& where) {
+  if (m.tensors != s.tensors())
+    return cat(where, ": holds ", m.tensors - 1, " optimizer state tensor",
+               m.tensors == 2 ? "" : "s", " per parameter, and this run's ",
+               name_of(s.config().optimizer.type), " keeps ", s.tensors() - 1,
+               ": resume with the optimizer that saved it");
+  for (std::size_t p = 0; p < index_of.size(); ++p) {
+    const int mine = s.tensors(static_cast<int>(p)), theirs = m.tensors_of(index_of[p]);
+    if (mine == theirs) continue;
+    const std::string& name = s.layout().params[p].name;
+    if (mine < theirs && saved_by_muon(m))
+      return cat(where, ": param '", name, "' holds an exp_avg_sq beside Muon's momentum, as "
+                 "checkpoints of an older zero's Muon did; this zero keeps none for Muon's "
+                 "matrices and cannot resume it: resume with the zero that saved it, or start "
+                 "from its weights (zero ckpt export, then zero train --init)");
+    if (mine < theirs)
+      return cat(where, ": param '", name, "' holds Adam's two moments, but this run updates it "
+                 "with Muon (one momentum): resume with the optimizer that saved it");
+    return cat(where, ": param '", name, "' holds Muon's momentum alone (no exp_avg_sq), but "
+               "this run's ", name_of(s.config().optimizer.type), " keeps two moments for it: "
+               "resume with the optimizer (and muon_params) that saved it");
+  }
+  return "";
+}
+
 std::vector<ParamSpec> specs_of(const Layout& layout) {
   std::vector<ParamSpec> out;
   for (const ParamLayout& p : layout.params) out.push_back({p.name, p.shape});
@@ -95,7 +135,6 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
   EngineState s = CheckpointAccess::state(engine);
   require_between_steps(s, "load");
   LoadResult out;
-  const auto n = static_cast<std::size_t>(s.elements());
   std::vector<float> state[kStateTensors];
   std::vector<float> residual;
   std::string error;
@@ -105,18 +144,17 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
     std::vector<int> index_of;
     const std::string where = (fs::path(out.path) / kCheckpointMeta).string();
     error = compare_params(specs_of(s.layout()), out.meta, where, index_of);
-    if (error.empty() && out.meta.tensors != s.tensors())
-      error = cat(where, ": holds ", out.meta.tensors - 1, " optimizer state tensor",
-                  out.meta.tensors == 2 ? "" : "s", " per parameter, and this run's ",
-                  name_of(s.config().optimizer.type), " keeps ", s.tensors() - 1,
-                  ": resume with the optimizer that saved it");
+    if (error.empty()) error = compare_tensors(s, out.meta, index_of, where);
     if (error.empty()) {
-      for (int t = 0; t < s.tensors(); ++t) state[t].assign(n, 0.0f);
+      for (int t = 0; t < s.tensors(); ++t)
+        state[t].assign(static_cast<std::size_t>(s.elements(t)), 0.0f);
       CheckpointReader reader(out.path, out.meta);
-      auto read = [&](int param, std::int64_t begin, std::int64_t count, std::int64_t at) {
-        for (int t = 0; t < s.tensors(); ++t) {
+      // Elements [begin, +count) of param, at unit_pos of its unit.
+      auto read = [&](int param, std::int64_t begin, std::int64_t count, std::int64_t unit_pos) {
+        const int u = s.layout().params[static_cast<std::size_t>(param)].unit;
+        for (int t = 0; t < s.tensors(param); ++t) {
           const std::span<float> into = std::span(state[t]).subspan(
-              static_cast<std::size_t>(at), static_cast<std::size_t>(count));
+              static_cast<std::size_t>(s.index(t, u, unit_pos)), static_cast<std::size_t>(count));
           reader.read(index_of[static_cast<std::size_t>(param)], static_cast<StateTensor>(t), begin,
                       into);
           check_values(into, static_cast<StateTensor>(t),
@@ -128,11 +166,11 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
         if (s.sharded()) {
           for (const ShardPiece& p : s.layout().shard_pieces(u, s.shard_rank()))
             read(p.param, p.param_offset, p.count,
-                 s.index(u, U.shard_range(s.shard_rank()).begin + p.shard_offset));
+                 U.shard_range(s.shard_rank()).begin + p.shard_offset);
         } else {
           for (int p = U.first_param; p < U.first_param + U.param_count; ++p)
             read(p, 0, s.layout().params[static_cast<std::size_t>(p)].numel,
-                 s.index(u, s.layout().params[static_cast<std::size_t>(p)].offset));
+                 s.layout().params[static_cast<std::size_t>(p)].offset);
         }
       }
     }
@@ -144,7 +182,8 @@ LoadResult load_checkpoint(Engine& engine, const std::string& path) {
   const std::string agreed = agree(s, error);
   if (!agreed.empty()) throw Error(cat("cannot load checkpoint: ", agreed));
 
-  for (int t = 0; t < s.tensors(); ++t) s.upload(t, state[t].data(), static_cast<std::int64_t>(n));
+  for (int t = 0; t < s.tensors(); ++t)
+    s.upload(t, state[t].data(), static_cast<std::int64_t>(state[t].size()));
   const CheckpointMeta& m = out.meta;
   s.restore({m.step, m.skipped_steps, m.consecutive_skipped});
   std::optional<LossScaler>& scaler = s.scaler();

@@ -82,7 +82,8 @@ void read_pieces(const Reader& r, const json::object& o, CheckpointMeta& m) {
     const auto& file = m.files[static_cast<std::size_t>(p.file)];
     if (p.begin > param.numel || p.count > param.numel - p.begin)
       r.fail(cat("a piece of param '", param.name, "' ends past its ", param.numel, " elements"));
-    if (p.count > file.bytes / (m.tensors * 4) || p.offset > file.bytes - m.tensors * 4 * p.count)
+    const int tensors = m.tensors_of(p.param);
+    if (p.count > file.bytes / (tensors * 4) || p.offset > file.bytes - tensors * 4 * p.count)
       r.fail(cat("a piece of param '", param.name, "' ends past the end of ", file.name));
     m.pieces.push_back(p);
   }
@@ -131,6 +132,7 @@ std::string to_json(const CheckpointMeta& m) {
   for (const auto& p : m.params) {
     json::array shape(p.shape.begin(), p.shape.end());
     params.push_back({{"name", p.name}, {"shape", shape}, {"numel", p.numel}, {"unit", p.unit}});
+    if (p.tensors > 0) params.back().as_object()["state_tensors"] = p.tensors;
   }
   o["params"] = std::move(params);
   json::array files;
@@ -201,6 +203,8 @@ CheckpointMeta meta_from_json(const std::string& text, const std::string& source
     cp.name = r.string(p, "name");
     cp.numel = r.integer(p, "numel", 1);
     cp.unit = r.string(p, "unit");
+    if (p.contains("state_tensors"))
+      cp.tensors = static_cast<int>(r.integer(p, "state_tensors", 2, m.tensors));
     std::int64_t prod = 1;
     for (const json::value& d : r.array(p, "shape")) {
       if (!d.is_int64() || d.get_int64() < 1) r.fail(cat("param '", cp.name, "' has a bad shape"));

@@ -312,14 +312,9 @@ bool EngineState::counting() const { return s_.ctx.options.count_only; }
 bool EngineState::between_steps() const { return s_.reducer.idle(); }
 bool EngineState::sharded() const { return s_.ctx.policy.shard_optimizer; }
 int EngineState::tensors() const { return 1 + state_buffers(s_.ctx.config.optimizer.type); }
-std::int64_t EngineState::elements() const {
-  return static_cast<std::int64_t>(s_.states.master.bytes() / sizeof(float));
-}
-
-std::int64_t EngineState::index(int u, std::int64_t unit_pos) const {
-  const auto& U = s_.ctx.layout.units[static_cast<std::size_t>(u)];
-  return s_.ctx.state_offset(u) + unit_pos -
-         (sharded() ? U.shard_range(shard_rank()).begin : 0);
+int EngineState::tensors(int param) const {
+  const ParamLayout& p = s_.ctx.layout.params[static_cast<std::size_t>(param)];
+  return SecondMomentIndex::holds(p) ? tensors() : 2;
 }
 
 namespace {
@@ -327,6 +322,18 @@ Allocation& state_tensor(ModelStates& m, int t) {
   return t == 0 ? m.master : t == 1 ? m.exp_avg : m.exp_avg_sq;
 }
 }  // namespace
+
+std::int64_t EngineState::elements(int t) const {
+  return static_cast<std::int64_t>(state_tensor(s_.states, t).bytes() / sizeof(float));
+}
+
+std::int64_t EngineState::index(int t, int u, std::int64_t unit_pos) const {
+  const auto& U = s_.ctx.layout.units[static_cast<std::size_t>(u)];
+  const std::int64_t at = unit_pos - (sharded() ? U.shard_range(shard_rank()).begin : 0);
+  if (t < 2) return s_.ctx.state_offset(u) + at;
+  const SecondMomentIndex& v = s_.states.second_moment;
+  return v.unit_offset(u) + v.in_unit(u, at);
+}
 
 void EngineState::download(int t, std::int64_t at, std::int64_t count, void* host) const {
   s_.ctx.state_backend().download(host, state_tensor(s_.states, t).as<float>().data() + at,

@@ -218,18 +218,19 @@ std::int64_t EngineContext::reduced_offset(int u) const {
   return policy.gather_grads ? layout.units[u].offset : layout.units[u].shard_offset;
 }
 
-ModelStates::ModelStates(EngineContext& ctx) : params_alias_master(ctx.settings.params_alias_master) {
+ModelStates::ModelStates(EngineContext& ctx)
+    : second_moment(ctx.layout, ctx.policy.shard_optimizer, ctx.groups.shard_rank),
+      params_alias_master(ctx.settings.params_alias_master) {
   const Layout& layout = ctx.layout;
   const std::int64_t state_n = ctx.policy.shard_optimizer ? layout.shard_numel : layout.padded_numel;
   // Optimizer offload: the master and the moments in host memory (zero/settings.hpp).
-  auto state = [&](Category c) {
-    return ctx.ledger.allocate(c, static_cast<std::size_t>(bytes(state_n, DType::f32)),
-                               ctx.state_mem());
+  auto state = [&](Category c, std::int64_t n) {
+    return ctx.ledger.allocate(c, static_cast<std::size_t>(bytes(n, DType::f32)), ctx.state_mem());
   };
-  master = state(Category::master);
-  exp_avg = state(Category::optimizer_m);
+  master = state(Category::master, state_n);
+  exp_avg = state(Category::optimizer_m, state_n);
   if (state_buffers(ctx.config.optimizer.type) > 1)  // Lion keeps one
-    exp_avg_sq = state(Category::optimizer_v);
+    exp_avg_sq = state(Category::optimizer_v, second_moment.elements());
   if (params_alias_master) return;
   if (ctx.policy.shard_params)
     params_shard = ctx.ledger.allocate(

@@ -12,6 +12,7 @@
 
 #include "zero/backend.hpp"
 #include "zero/engine.hpp"
+#include "zero/muon_state.hpp"
 #include "zero/settings.hpp"
 #include "zero/stage_policy.hpp"
 
@@ -199,12 +200,14 @@ struct EngineContext {
 
 // The model states: the fp32 master weights and the optimizer's state buffers (exp_avg, and
 // exp_avg_sq unless the optimizer keeps one: zero/optimizer.hpp) (this rank's shards at stages 1-3,
-// full at stage 0, indexed by EngineContext::state_offset) and the working params (full at
+// full at stage 0, indexed by EngineContext::state_offset; exp_avg_sq by `second_moment`, which
+// cuts Muon's matrices out of it: zero/muon_state.hpp) and the working params (full at
 // stages 0-2; at stage 3 this rank's shard of every unit, the gathered units being the
 // ParamGatherer's). fp32 training at stages 0 and 3: the working params are the fp32 master
 // buffer itself, updated in place; no copy is allocated.
 struct ModelStates {
   explicit ModelStates(EngineContext& ctx);
+  SecondMomentIndex second_moment;
   Allocation master, exp_avg, exp_avg_sq;
   Allocation params_full, params_shard;
   bool params_alias_master = false;

@@ -28,13 +28,16 @@ class EngineState {
   bool counting() const;       // count_only: no state to save or load
   bool between_steps() const;  // no reduce_grads call since the last step, none in flight
 
-  // The optimizer state: tensor t (0 master, 1 exp_avg, 2 exp_avg_sq) of `elements()` floats,
+  // The optimizer state: tensor t (0 master, 1 exp_avg, 2 exp_avg_sq) of `elements(t)` floats,
   // this rank's shards (stages 1-3) or everything (stage 0); tensors() of them (2 for Lion).
+  // Param p's state is its first tensors(p): 2 for a matrix Muon owns (its momentum in exp_avg,
+  // no exp_avg_sq: zero/muon_state.hpp).
   int tensors() const;
+  int tensors(int param) const;
   bool sharded() const;
-  std::int64_t elements() const;
-  // Where element `unit_pos` of unit u (unit coordinates) lives in those tensors.
-  std::int64_t index(int u, std::int64_t unit_pos) const;
+  std::int64_t elements(int t) const;
+  // Where element `unit_pos` of unit u (unit coordinates) lives in tensor t (one that holds it).
+  std::int64_t index(int t, int u, std::int64_t unit_pos) const;
   void download(int t, std::int64_t at, std::int64_t count, void* host) const;
   void upload(int t, const float* host, std::int64_t count);
 

@@ -183,6 +183,27 @@ std::vector<int> balance_shards(const std::vector<ShardCost>& shards, int ranks,
   return rank_of;
 }
 
+UnitShards unit_shards(const std::vector<PlacedParam>& params, std::int64_t shard_numel) {
+  UnitShards out;
+  for (const PlacedParam& p : params) {
+    const std::int64_t shard = p.offset / shard_numel;
+    out.movable = out.movable && shard == (p.offset + p.numel - 1) / shard_numel;
+    if (out.shards.empty() || out.shards.back().shard != shard) out.shards.push_back({shard, 0.0});
+    out.shards.back().cost += p.cost;
+  }
+  return out;
+}
+
+std::vector<int> place_shards(const UnitShards& u, int ranks, std::map<int, double>& load) {
+  if (u.movable && ranks > 1) return balance_shards(u.shards, ranks, load);
+  std::vector<int> rank_of;
+  for (const ShardCost& c : u.shards) {
+    rank_of.push_back(static_cast<int>(c.shard));
+    if (c.cost > 0) load[static_cast<int>(c.shard)] += c.cost;
+  }
+  return rank_of;
+}
+
 Range UnitLayout::shard_range(int rank) const {
   const std::int64_t n = shard_numel > 0 ? padded_numel / shard_numel : 0;
   if (rank < 0 || rank >= n)
@@ -242,30 +263,21 @@ void place_unit_whole(Layout& layout, UnitLayout& unit,
       whole_shard_size(numel, whole, ranks, layout.options.align_elements, offsets);
   unit.padded_numel = shard * ranks;
   // The shards that hold params (at most one per param; the others are padding only).
-  std::vector<ShardCost> shards;
-  bool movable = true;  // no param cut by a shard boundary (only one larger than a shard can be)
-  for (std::size_t i = 0; i < numel.size(); ++i) {
-    const std::int64_t slot = offsets[i] / shard;
-    movable = movable && slot == (offsets[i] + numel[i] - 1) / shard;
-    if (shards.empty() || shards.back().shard != slot) shards.push_back({slot, 0.0});
-    if (whole[i])
-      shards.back().cost +=
-          whole_param_cost(layout.params[static_cast<std::size_t>(unit.first_param) + i].shape);
-  }
+  std::vector<PlacedParam> placed;
+  for (std::size_t i = 0; i < numel.size(); ++i)
+    placed.push_back(
+        {offsets[i], numel[i],
+         whole[i]
+             ? whole_param_cost(layout.params[static_cast<std::size_t>(unit.first_param) + i].shape)
+             : 0.0});
+  const UnitShards shards = unit_shards(placed, shard);
+  const std::vector<int> r = place_shards(shards, ranks, load);
   std::map<std::int64_t, int> rank_of;  // shard -> rank
-  if (movable) {
-    const std::vector<int> r = balance_shards(shards, ranks, load);
-    for (std::size_t k = 0; k < shards.size(); ++k) rank_of[shards[k].shard] = r[k];
-  } else {
-    for (const ShardCost& c : shards) {
-      if (c.cost > 0) load[static_cast<int>(c.shard)] += c.cost;
-    }
-  }
+  for (std::size_t k = 0; k < shards.shards.size(); ++k) rank_of[shards.shards[k].shard] = r[k];
   for (std::size_t i = 0; i < numel.size(); ++i) {
     ParamLayout& pl = layout.params[static_cast<std::size_t>(unit.first_param) + i];
     const std::int64_t slot = offsets[i] / shard;
-    const auto it = rank_of.find(slot);
-    const std::int64_t rank = it == rank_of.end() ? slot : it->second;  // a cut param's: in place
+    const std::int64_t rank = rank_of.at(slot);
     pl.offset = rank * shard + offsets[i] - slot * shard;
     pl.global_offset = unit.offset + pl.offset;
     if (whole[i]) pl.owner = static_cast<int>(rank);

@@ -131,6 +131,30 @@ struct ShardCost {
   double cost = 0;
 };
 
+// One param of a unit as make_layout places it: where it starts (in the unit, or before the
+// shards are balanced, in its shard's slot), its size, and what it costs its owner
+// (whole_param_cost; 0 for one not owned whole).
+struct PlacedParam {
+  std::int64_t offset = 0, numel = 0;
+  double cost = 0;
+};
+
+// The shards of one unit of `shard_numel`-element shards that hold params, in the order of their
+// first param (`params` in registration order: make_layout's order before balancing, whatever
+// the shards' places), each with its params' cost, and whether they may change places: no param
+// cut by a shard boundary (only one larger than a shard can be). The one rule make_layout lays
+// out by and the planner, which lays out each distinct unit once, replays.
+struct UnitShards {
+  std::vector<ShardCost> shards;
+  bool movable = true;
+};
+UnitShards unit_shards(const std::vector<PlacedParam>& params, std::int64_t shard_numel);
+
+// The rank of each of u.shards: by balance_shards over `load` when they may move over more than
+// one rank, else each on the rank of its own index (its cost, when any, added to that rank's
+// load).
+std::vector<int> place_shards(const UnitShards& u, int ranks, std::map<int, double>& load);
+
 // Assigns the shards of one unit that hold params (`shards`, each once; the others hold padding
 // only and take the ranks left) to distinct ranks of `ranks`, largest cost first, each to the
 // least loaded rank not yet given one (ties: the earlier shard in `shards`, the lower rank), and

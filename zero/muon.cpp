@@ -46,28 +46,24 @@ std::vector<std::string> muon_params(const std::vector<UnitSpec>& units, const O
   return out;
 }
 
-void add_newton_schulz_flops(const Layout& layout, int u, std::map<int, double>& by_owner) {
+void add_muon_load(const Layout& layout, int u, MuonLoad& load) {
   const UnitLayout& U = layout.units[static_cast<std::size_t>(u)];
   const auto params = std::span(layout.params)
                           .subspan(static_cast<std::size_t>(U.first_param),
                                    static_cast<std::size_t>(U.param_count));
   if (std::ranges::none_of(params, [](const ParamLayout& p) { return p.owner >= 0; })) return;
-  // The shards holding params, by rank in `layout`, and their cost (make_layout's ShardCost).
-  std::map<std::int64_t, double> cost;
-  bool movable = true;  // as make_layout decides: no param cut by a shard boundary
+  // In registration order, as make_layout placed them before balancing: the same shards in the
+  // same order, whichever ranks `layout` gave them.
+  std::vector<PlacedParam> placed;
+  for (const ParamLayout& p : params)
+    placed.push_back({p.offset, p.numel, p.owner >= 0 ? whole_param_cost(p.shape) : 0.0});
+  const UnitShards shards = unit_shards(placed, U.shard_numel);
+  const std::vector<int> rank_of = place_shards(shards, layout.options.shard_ranks, load.flops);
   for (const ParamLayout& p : params) {
-    const std::int64_t shard = p.offset / U.shard_numel;
-    movable = movable && shard == (p.offset + p.numel - 1) / U.shard_numel;
-    cost[shard] += p.owner >= 0 ? kernels::muon_ns_flops(p.shape[0], p.shape[1]) : 0.0;
+    if (p.owner < 0) continue;
+    const auto k = std::ranges::find(shards.shards, p.offset / U.shard_numel, &ShardCost::shard);
+    load.elements[rank_of[static_cast<std::size_t>(k - shards.shards.begin())]] += p.numel;
   }
-  std::vector<ShardCost> shards;
-  for (const auto& [shard, c] : cost) shards.push_back({shard, c});
-  if (layout.options.shard_ranks == 1 || !movable) {
-    for (const ShardCost& s : shards)
-      if (s.cost > 0) by_owner[static_cast<int>(s.shard)] += s.cost;
-    return;
-  }
-  balance_shards(shards, layout.options.shard_ranks, by_owner);
 }
 
 std::pair<double, double> newton_schulz_load(const std::map<int, double>& by_owner, int ranks,
@@ -82,11 +78,13 @@ namespace {
 
 // Muon on the whole matrices of this rank's regions, AdamW (kernels/adamw_math.hpp) on the
 // rest. Its slots are the update_segments by param with each Muon matrix cut out of its
-// segment: a slot is either one whole matrix (matrix_[k] its param) or AdamW elements of one
-// group (the padding around a matrix is AdamW's: zeros that stay zero).
+// segment: a slot is either one whole matrix (matrix_[k] its param; its momentum in m, no v) or
+// AdamW elements of one group (the padding around a matrix is AdamW's: zeros that stay zero),
+// whose v starts at v_at_[k] in the unit's part of v (zero/muon_state.hpp).
 class MuonOptimizer final : public Optimizer {
  public:
-  MuonOptimizer(EngineContext& ctx, const std::vector<int>& groups) : ctx_(ctx) {
+  MuonOptimizer(EngineContext& ctx, const std::vector<int>& groups, const SecondMomentIndex& v)
+      : ctx_(ctx) {
     const Layout& layout = ctx.layout;
     const bool sharded = ctx.policy.shard_optimizer;
     const int rank = ctx.groups.shard_rank;
@@ -109,6 +107,8 @@ class MuonOptimizer final : public Optimizer {
       add(s.unit, at, pl->numel, group, q);
       add(s.unit, at + pl->numel, s.begin + s.count - at - pl->numel, group, -1);
     }
+    for (std::size_t k = 0; k < slots_.size(); ++k)
+      v_at_.push_back(matrix_[k] < 0 ? v.in_unit(slots_[k].unit, slots_[k].begin) : -1);
     first_.assign(layout.units.size() + 1, 0);
     for (const UpdateSegment& s : slots_) ++first_[static_cast<std::size_t>(s.unit) + 1];
     for (std::size_t u = 1; u < first_.size(); ++u) first_[u] += first_[u - 1];
@@ -168,7 +168,7 @@ class MuonOptimizer final : public Optimizer {
       const auto gi = static_cast<std::size_t>(sg.group + 1);
       void* out = static_cast<char*>(r.out.data) + bytes(sg.begin, r.out.dtype);
       if (matrix_[k] < 0) {
-        ctx_.state_backend().adamw(r.p + sg.begin, r.m + sg.begin, r.v + sg.begin, r.g + sg.begin,
+        ctx_.state_backend().adamw(r.p + sg.begin, r.m + sg.begin, r.v + v_at_[k], r.g + sg.begin,
                                    sg.count, adam_[gi], out, r.out.dtype, static_cast<int>(k));
         continue;
       }
@@ -193,6 +193,7 @@ class MuonOptimizer final : public Optimizer {
   EngineContext& ctx_;
   std::vector<UpdateSegment> slots_;
   std::vector<int> matrix_;  // per slot: the Muon matrix's param, or -1 (AdamW)
+  std::vector<std::int64_t> v_at_;  // per AdamW slot: its v in the unit's part of v
   std::vector<std::size_t> first_;
   std::vector<kernels::AdamStep> adam_;  // [0]: the optimizer's own, [g + 1]: group g
   std::vector<kernels::MuonHyper> muon_;
@@ -202,8 +203,9 @@ class MuonOptimizer final : public Optimizer {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_muon_optimizer(EngineContext& ctx, const std::vector<int>& groups) {
-  return std::make_unique<MuonOptimizer>(ctx, groups);
+std::unique_ptr<Optimizer> make_muon_optimizer(EngineContext& ctx, const std::vector<int>& groups,
+                                               const SecondMomentIndex& v) {
+  return std::make_unique<MuonOptimizer>(ctx, groups, v);
 }
 
 }  // namespace zero

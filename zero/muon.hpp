@@ -13,6 +13,7 @@
 
 #include "zero/config.hpp"
 #include "zero/layout.hpp"
+#include "zero/muon_state.hpp"
 #include "zero/optimizer.hpp"
 
 namespace zero {
@@ -24,18 +25,25 @@ namespace zero {
 // norms, which are not 2-D). Throws zero::Error naming the glob or param otherwise.
 std::vector<std::string> muon_params(const std::vector<UnitSpec>& units, const OptimizerConfig& o);
 
-// Adds unit u's Newton-Schulz FLOPs to the ranks that own its matrices when it follows the units
-// whose FLOPs by_owner holds (by shard rank): its shards go to ranks by balance_shards over
-// those loads, as make_layout assigns them, so `layout` may hold u once for many equal units
-// (the planner's distinct units) and by_owner still ends as the engine's owners' totals.
-void add_newton_schulz_flops(const Layout& layout, int u, std::map<int, double>& by_owner);
+// What Muon's matrices put on each rank that owns some (by shard rank; absent: none): the
+// Newton-Schulz FLOPs of a step and the matrices' elements.
+struct MuonLoad {
+  std::map<int, double> flops;
+  std::map<int, std::int64_t> elements;
+};
+// Adds unit u's matrices to the ranks that own them when it follows the units whose load `load`
+// holds: its shards go to ranks by make_layout's rule (unit_shards, place_shards) over those
+// FLOPs, so `layout` may hold u once for many equal units (the planner's distinct units) and
+// `load` still ends as the engine's owners' totals.
+void add_muon_load(const Layout& layout, int u, MuonLoad& load);
 // The busiest and the mean rank's Newton-Schulz FLOPs, from each owner's (`replicated`, stage 0:
 // every rank does every matrix).
 std::pair<double, double> newton_schulz_load(const std::map<int, double>& by_owner, int ranks,
                                              bool replicated);
 
 // Muon over the matrices of `layout` each rank owns and AdamW over the rest of its regions;
-// `groups` gives each param's group (param_groups_of).
-std::unique_ptr<Optimizer> make_muon_optimizer(EngineContext& ctx, const std::vector<int>& groups);
+// `groups` gives each param's group (param_groups_of), `v` where AdamW's second moments are.
+std::unique_ptr<Optimizer> make_muon_optimizer(EngineContext& ctx, const std::vector<int>& groups,
+                                               const SecondMomentIndex& v);
 
 }  // namespace zero

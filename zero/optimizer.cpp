@@ -9,7 +9,7 @@
 namespace zero {
 
 int state_buffers(OptimizerType t) {
-  return t == OptimizerType::lion ? 1 : 2;  // Muon: m for all, v for its AdamW params
+  return t == OptimizerType::lion ? 1 : 2;  // Muon: m for all, v for AdamW's elements only
 }
 
 const char* state_buffer_name(int i) {
@@ -241,12 +241,13 @@ class LambOptimizer final : public SlotsBase {
 }  // namespace
 
 std::unique_ptr<Optimizer> make_optimizer(EngineContext& ctx, const std::vector<int>& groups,
-                                          std::vector<UpdateSegment> segments) {
+                                          std::vector<UpdateSegment> segments,
+                                          const SecondMomentIndex& v) {
   switch (ctx.config.optimizer.type) {
     case OptimizerType::lion:
       return std::make_unique<LionOptimizer>(ctx, groups, std::move(segments));
     case OptimizerType::muon:
-      return make_muon_optimizer(ctx, groups);
+      return make_muon_optimizer(ctx, groups, v);
     case OptimizerType::lamb: {
       std::vector<int> self(ctx.layout.params.size());
       for (std::size_t p = 0; p < self.size(); ++p) self[p] = static_cast<int>(p);

@@ -19,7 +19,8 @@
 namespace zero {
 
 // fp32 buffers of optimizer state beside the master weights: Adam's and LAMB's m and v (2),
-// Lion's momentum (1).
+// Lion's momentum (1), Muon's (2: its momentum in m, and v for AdamW's elements alone:
+// zero/muon_state.hpp).
 int state_buffers(OptimizerType t);
 // The state buffers' names, as checkpoints write them: "exp_avg", then "exp_avg_sq".
 const char* state_buffer_name(int i);
@@ -38,7 +39,7 @@ struct RegionUpdate {
   int unit = 0;
   float* p = nullptr;  // master weights
   float* m = nullptr;  // state buffer 0
-  float* v = nullptr;  // state buffer 1, or null for an optimizer with one
+  float* v = nullptr;  // state buffer 1 at the unit's part of it (SecondMomentIndex), or null
   const float* g = nullptr;
   Slice out;
 };
@@ -58,8 +59,10 @@ class Optimizer {
 };
 
 // The optimizer Config::optimizer names, over this rank's regions. `groups` gives each param's
-// group (param_groups_of); `segments` the update's segments (update_segments).
+// group (param_groups_of); `segments` the update's segments (update_segments); `v` where state
+// buffer 1's elements are (ModelStates::second_moment).
 std::unique_ptr<Optimizer> make_optimizer(EngineContext& ctx, const std::vector<int>& groups,
-                                          std::vector<UpdateSegment> segments);
+                                          std::vector<UpdateSegment> segments,
+                                          const SecondMomentIndex& v);
 
 }  // namespace zero

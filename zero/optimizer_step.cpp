@@ -53,7 +53,8 @@ OptimizerStep::OptimizerStep(EngineContext& ctx, ModelStates& states, ParamGathe
   const std::vector<int> groups = param_groups_of(ctx.layout, config.param_groups);
   optimizer_ = make_optimizer(
       ctx, groups,
-      update_segments(ctx.layout, groups, ctx.policy.shard_optimizer, ctx.groups.shard_rank));
+      update_segments(ctx.layout, groups, ctx.policy.shard_optimizer, ctx.groups.shard_rank),
+      states.second_moment);
   if (config.precision == Precision::fp16) {
     LossScalerConfig sc;
     sc.loss_scale = static_cast<float>(config.fp16.loss_scale);
@@ -258,7 +259,9 @@ RegionUpdate OptimizerStep::region(int u, const float* g, const Slice& out) cons
   r.unit = u;
   r.p = states_.master.as<float>().data() + off;
   r.m = states_.exp_avg.as<float>().data() + off;
-  r.v = !states_.exp_avg_sq.empty() ? states_.exp_avg_sq.as<float>().data() + off : nullptr;
+  r.v = !states_.exp_avg_sq.empty()
+            ? states_.exp_avg_sq.as<float>().data() + states_.second_moment.unit_offset(u)
+            : nullptr;
   r.g = g;
   r.out = out;
   return r;

@@ -54,7 +54,6 @@ std::vector<UnitSpec> uniform_units(std::int64_t params, int units) {
   return out;
 }
 
-
 int state_buffers(PlanOptimizer o) {
   return o == PlanOptimizer::sgd_momentum || o == PlanOptimizer::lion ? 1 : 2;
 }
@@ -117,7 +116,7 @@ struct UnitSizes {
 };
 struct Sizes {
   std::vector<UnitSizes> units;
-  std::map<int, double> ns_flops;  // Muon's Newton-Schulz FLOPs by owner (shard rank)
+  MuonLoad muon;  // Muon's Newton-Schulz FLOPs and matrix elements by owner (shard rank)
   std::int64_t numel = 0, padded_numel = 0, shard_numel = 0;
 };
 
@@ -144,7 +143,7 @@ Sizes lay_out(const std::vector<UnitSpec>& units, const LayoutOptions& lo) {
   out.units.reserve(units.size());
   for (int d : which) {
     const UnitLayout& U = L.units[static_cast<std::size_t>(d)];
-    add_newton_schulz_flops(L, d, out.ns_flops);
+    add_muon_load(L, d, out.muon);
     out.units.push_back({U.numel, U.padded_numel, U.shard_numel, U.persistent});
     if (__builtin_add_overflow(out.numel, U.numel, &out.numel) ||
         __builtin_add_overflow(out.padded_numel, U.padded_numel, &out.padded_numel))
@@ -220,6 +219,7 @@ struct Formula {
   std::int64_t w = 0, r = 0;  // bytes of the working and the reduce dtype
   std::string wn, rn;         // their names
   std::int64_t P = 0, Sh = 0, state = 0;
+  std::int64_t v = 0;  // Muon: AdamW's v (zero/muon_state.hpp); else `state`
   std::string Ps, Ss, state_name, state_count;
 };
 
@@ -235,6 +235,8 @@ Formula formula_of(const Settings& set, const Sizes& L) {
   f.P = L.padded_numel;
   f.Sh = L.shard_numel;
   f.state = f.pol.shard_optimizer ? f.Sh : f.P;
+  f.v = second_moment_elements(f.state, L.muon.elements, set.layout.shard_ranks,
+                               f.pol.shard_optimizer);
   f.Ps = with_commas(f.P);
   f.Ss = with_commas(f.Sh);
   f.state_name = f.pol.shard_optimizer ? "Ψs" : "Ψp";
@@ -289,13 +291,22 @@ void add_grads(Terms& t, const Formula& f) {
 void add_optimizer_states(Terms& t, const Formula& f, PlanOptimizer optimizer) {
   const std::int64_t opt_states = state_buffers(optimizer);
   const char* names[] = {"fp32 Adam m and v", "fp32 SGD momentum", "fp32 LAMB m and v",
-                         "fp32 Lion momentum", "fp32 Muon momentum and AdamW's m and v"};
+                         "fp32 Lion momentum", "fp32 Muon momentum and AdamW's m"};
   t.add("master", "fp32 master weights" + std::string(f.pol.shard_optimizer ? " (shard)" : " (full)"),
         cat("4 B x ", f.state_name, " = 4 x ", f.state_count),
         t.bytes(4, f.state, "the master weights"), f.offload);
+  const bool muon = optimizer == PlanOptimizer::muon;  // v apart: AdamW's elements only
+  const std::int64_t n = muon ? 1 : opt_states;
   t.add("optimizer", names[static_cast<int>(optimizer)],
-        cat(4 * opt_states, " B x ", f.state_name, " = ", 4 * opt_states, " x ", f.state_count),
-        t.bytes(4 * opt_states, f.state, "the optimizer state"), f.offload);
+        cat(4 * n, " B x ", f.state_name, " = ", 4 * n, " x ", f.state_count),
+        t.bytes(4 * n, f.state, "the optimizer state"), f.offload);
+  if (muon)  // zero/muon_state.hpp
+    t.add("optimizer", "fp32 AdamW v (none beside Muon's matrices)",
+          cat("4 B x (", f.state_name,
+              f.pol.shard_optimizer ? " - the fewest Muon elements a rank owns"
+                                    : " - Muon's elements",
+              ") = 4 x ", with_commas(f.v)),
+          t.bytes(4, f.v, "the optimizer state"), f.offload);
 }
 
 // Persistent buffers: the reduced gradient where it is not the "grads" term, the accumulator.
@@ -401,7 +412,7 @@ Plan plan_header(const Settings& set, const Sizes& L) {
   plan.settings = set;
   plan.prefetches = prefetches_any(L, set);
   std::tie(plan.newton_schulz_flops_max, plan.newton_schulz_flops_mean) =
-      newton_schulz_load(L.ns_flops, set.shard_size, !set.policy.shard_optimizer);
+      newton_schulz_load(L.muon.flops, set.shard_size, !set.policy.shard_optimizer);
   return plan;
 }
 
@@ -440,60 +451,6 @@ std::int64_t GroupOps::payload_bytes() const {
                               all_gather.payload_bytes),
                   broadcast.payload_bytes),
       all_to_all.payload_bytes);
-}
-
-
-// --- inverse questions ---------------------------------------------------------------------
-
-std::int64_t largest_model(const PlanInput& input, std::int64_t budget, int units) {
-  if (budget <= 0) throw Error(cat("budget must be > 0 bytes, got ", budget));
-  PlanInput in = input;
-  auto fits = [&](std::int64_t n) {
-    in.units = uniform_units(n, units);
-    try {
-      return plan_memory(in).peak_total <= budget;
-    } catch (const TooLarge&) {
-      return false;  // past 8 EiB per rank: more than any budget
-    }
-  };
-  std::int64_t lo = units;
-  in.units = uniform_units(lo, units);
-  plan_memory(in);  // bad input is an error, not "nothing fits"
-  if (!fits(lo)) return 0;
-  std::int64_t hi = lo;
-  while (hi < (std::int64_t{1} << 52) && fits(hi)) lo = hi, hi *= 2;
-  while (hi - lo > std::max<std::int64_t>(1, lo / 1000)) {
-    const std::int64_t mid = lo + (hi - lo) / 2;
-    (fits(mid) ? lo : hi) = mid;
-  }
-  return lo;
-}
-
-std::optional<int> fewest_ranks(const PlanInput& input, std::int64_t budget, int max_ranks) {
-  if (budget <= 0) throw Error(cat("budget must be > 0 bytes, got ", budget));
-  PlanInput in = input;
-  in.config.zero.mics_shard_size = -1;
-  auto fits = [&](int n) {
-    in.ranks = n;
-    in.ranks_per_node = std::min(input.ranks_per_node, n);
-    try {
-      return plan_memory(in).peak_total <= budget;
-    } catch (const TooLarge&) {
-      return false;  // past 8 EiB per rank: more than any budget
-    }
-  };
-  // Memory per rank falls with the rank count (padding aside), so double, then bisect.
-  int lo = 0, hi = 1;  // lo: known not to fit (0 = none tried)
-  while (!fits(hi)) {
-    if (hi >= max_ranks) return std::nullopt;
-    lo = hi;
-    hi = std::min(max_ranks, hi * 2);
-  }
-  while (hi - lo > 1) {
-    const int mid = lo + (hi - lo) / 2;
-    (fits(mid) ? hi : lo) = mid;
-  }
-  return hi;
 }
 
 }  // namespace zero
