@@ -248,11 +248,14 @@ StepTime estimate_step(const Plan& plan, const PlanInput& in, const TimeInput& t
   s.exposed_step = step_comm;
   s.comm_exposed = s.exposed_forward + s.exposed_backward + s.exposed_step;
 
-  // The optimizer: this rank's shard of the state (m and v, or the momentum, 4 B each).
-  const double states = state_buffers(in.optimizer);
-  const double owned =
-      static_cast<double>(plan.device.optimizer + plan.host.optimizer) / (4 * states);
+  // The optimizer over this rank's shard: the params it owns from its fp32 master weights (4 B
+  // each), its state read and written once as planned (Muon's v holds AdamW's elements only, so
+  // its state is not two buffers of the shard).
+  const double owned = static_cast<double>(plan.device.master + plan.host.master) / 4;
+  const double state = static_cast<double>(plan.device.optimizer + plan.host.optimizer);
   s.optimizer_bytes_per_param = optimizer_bytes_per_param(set, in.optimizer);
+  if (owned > 0)
+    s.optimizer_bytes_per_param += (2 * state - owned * 8.0 * state_buffers(in.optimizer)) / owned;
   s.optimizer = owned * s.optimizer_bytes_per_param /
                 (set.offload ? kOffloadHostBandwidth : c.hbm_bandwidth * c.hbm_efficiency);
   // Muon's Newton-Schulz: the busiest owner's GEMM FLOPs at the GPU's achieved rate.

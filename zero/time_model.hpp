@@ -212,7 +212,8 @@ struct StepTime {
 // Bytes the optimizer step moves through HBM per parameter this rank owns: AdamW reads and writes
 // the fp32 master, m and v (24), reads the reduced gradient twice (the norm's pass and the
 // update's: 2r) and writes the new working param (w): 34 for bf16 with an fp32 reduction, 30
-// with bf16 gradients. SGD with momentum keeps one state: 16 + 2r + w.
+// with bf16 gradients. SGD with momentum keeps one state: 16 + 2r + w. estimate_step's figure
+// counts the state a plan holds instead (Muon: one momentum a param, v for AdamW's only).
 double optimizer_bytes_per_param(const Settings& settings, PlanOptimizer optimizer);
 
 // ZeRO-Offload's two figures, the same for every profile: PCIe 4.0 x16's achievable rate between

@@ -344,5 +344,16 @@ TEST_CASE("Muon keeps AdamW's v for AdamW's elements only: 1.5 MiB a rank less f
       const std::int64_t v = L.shard_numel - *std::ranges::min_element(owned);
       CHECK(p.device.optimizer == 4 * (L.shard_numel + v));
       CHECK(8 * L.shard_numel - p.device.optimizer == saved);  // m and v over the whole shard
+      // The time model's optimizer pass moves that state, not two buffers of the shard: 8 B of
+      // master and 2r + w of gradient and param a param, plus the state read and written.
+      TimeInput t;
+      t.cluster = *builtin_cluster("h100-sxm");
+      const StepTime st = estimate_step(p, in, t);
+      const double r = static_cast<double>(size_of(p.settings.reduce_dtype));
+      const double w = static_cast<double>(size_of(p.settings.work_dtype));
+      const double shard = static_cast<double>(L.shard_numel);
+      CHECK(st.optimizer_bytes_per_param ==
+            Approx(8 + 2 * r + w + 2.0 * static_cast<double>(p.device.optimizer) / shard));
+      CHECK(st.optimizer_bytes_per_param < 8 + 2 * r + w + 16);  // AdamW's m and v over the shard
     }
 }
