@@ -294,25 +294,78 @@ void logits_backward(float* dinp, float* dwte, const float* dlogits, const T* in
 }
 
 // Per row; the rows' losses are summed in row order after.
+namespace {
+
+// Rows a loss task takes together, and the elements of each row exponentiated before they are
+// summed (8 rows x 8 KiB stay in the L1 and L2 caches between the two).
+constexpr int kLossRows = 8;
+constexpr int kLossChunk = 2048;
+
+// max_j row[j], as the in-order loop `mx = std::max(mx, row[j])` gives it, vectorised: a maximum
+// is exact in any order. (Only a tie of -0 and +0 may come out with the other sign, and a row's
+// loss and gradients use mx only as x - mx and + mx, where the sign of a zero changes no bit.)
+float row_max(const float* row, int n) {
+  float lanes[8];
+  for (float& l : lanes) l = row[0];
+  const int body = n - n % 8;
+  detail::dispatch(best_path(), [&]() ZERO_LOOP {
+    for (int j = 0; j < body; j += 8)
+      for (int l = 0; l < 8; ++l) lanes[l] = lanes[l] < row[j + l] ? row[j + l] : lanes[l];
+  });
+  float mx = lanes[0];
+  for (int l = 1; l < 8; ++l) mx = std::max(mx, lanes[l]);
+  for (int j = body; j < n; ++j) mx = std::max(mx, row[j]);
+  return mx;
+}
+
+// sums[r] += rows[r][j] for j in [j0, j1), each row's additions in index order: the same fp32
+// sum a loop over one row gives, with R independent chains in flight instead of one (the add's
+// latency, not its throughput, bounds a single chain).
+template <int R>
+void add_rows_in_order(float* const* rows, int j0, int j1, float* sums) {
+  float acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = sums[r];
+  for (int j = j0; j < j1; ++j)
+    for (int r = 0; r < R; ++r) acc[r] += rows[r][j];
+  for (int r = 0; r < R; ++r) sums[r] = acc[r];
+}
+
+}  // namespace
+
 double crossentropy_forward_backward(float* logits, const std::int32_t* targets, int N, int V,
                                      float grad_scale) {
   std::vector<double> row_loss(static_cast<std::size_t>(std::max(N, 0)));
-  for_blocks(static_cast<std::size_t>(std::max(N, 0)), 1, [&](std::size_t n0, std::size_t) {
-    const int n = static_cast<int>(n0);
-    float* row = logits + static_cast<std::int64_t>(n) * V;
-    float mx = row[0];
-    for (int v = 1; v < V; ++v) mx = std::max(mx, row[v]);
-    const int y = targets[n];
-    const float logit = row[y];
-    exp_shifted(row, V, mx);
-    float sum = 0;
-    for (int v = 0; v < V; ++v) sum += row[v];
-    row_loss[n0] = static_cast<double>(std::log(sum)) + static_cast<double>(mx) - logit;
-    const float inv = 1.0f / sum;
-    detail::dispatch(best_path(), [&]() ZERO_LOOP {
-      for (int v = 0; v < V; ++v) row[v] = row[v] * inv * grad_scale;
-    });
-    row[y] -= grad_scale;
+  for_blocks(static_cast<std::size_t>(std::max(N, 0)), kLossRows,
+             [&](std::size_t n0, std::size_t n1) {
+    const int rows_here = static_cast<int>(n1 - n0);
+    float* rows[kLossRows];
+    float mx[kLossRows], logit[kLossRows], sum[kLossRows];
+    for (int r = 0; r < rows_here; ++r) {
+      rows[r] = logits + static_cast<std::int64_t>(n0 + r) * V;
+      mx[r] = row_max(rows[r], V);
+      logit[r] = rows[r][targets[n0 + r]];
+      sum[r] = 0;
+    }
+    // e^(x - mx) a chunk at a time, then the chunk added to each row's running sum in order.
+    for (int j0 = 0; j0 < V; j0 += kLossChunk) {
+      const int j1 = std::min(V, j0 + kLossChunk);
+      for (int r = 0; r < rows_here; ++r) exp_shifted(rows[r] + j0, j1 - j0, mx[r]);
+      if (rows_here == kLossRows) {
+        add_rows_in_order<kLossRows>(rows, j0, j1, sum);
+      } else {
+        for (int r = 0; r < rows_here; ++r) add_rows_in_order<1>(rows + r, j0, j1, sum + r);
+      }
+    }
+    for (int r = 0; r < rows_here; ++r) {
+      float* row = rows[r];
+      row_loss[n0 + r] =
+          static_cast<double>(std::log(sum[r])) + static_cast<double>(mx[r]) - logit[r];
+      const float inv = 1.0f / sum[r];
+      detail::dispatch(best_path(), [&]() ZERO_LOOP {
+        for (int v = 0; v < V; ++v) row[v] = row[v] * inv * grad_scale;
+      });
+      row[targets[n0 + r]] -= grad_scale;
+    }
   });
   double loss = 0;
   for (const double l : row_loss) loss += l;
