@@ -119,7 +119,21 @@ void GradReducer::reduce_grads(int u) {
   run.grads_fresh = false;
   ++run.reductions;
   reduce_log_.push_back(u);
+  if (alone()) {
+    // A world of one rank at stage 0: the sum over the group is this rank's gradient, already
+    // where the step reads it (the reduced gradient is the gradient buffer). No bucket, no
+    // collective, no copy: only the sum over micro-batches.
+    const auto& U = ctx_.layout.units[u];
+    accumulate(U.offset, U.padded_numel);
+    return;
+  }
   bucket_arrived(u, g);
+}
+
+bool GradReducer::alone() const {
+  return ctx_.policy.gather_grads && ctx_.groups.shard_ranks == 1 && ctx_.groups.replicate == nullptr &&
+         ctx_.settings.reduced_aliases_grads &&
+         ctx_.settings.compression.gradients == GradCompression::none;
 }
 
 void GradReducer::bucket_arrived(int u, const Slice& g) {
@@ -263,15 +277,18 @@ void GradReducer::unpack_and_accumulate(Reduction& r) {
              },
              false);
   }
-  if (ctx_.settings.accumulation > 1) {
-    // Sum over micro-batches in fp32, in micro-batch order: the same on every stage. The run's
-    // region of the reduced gradient is contiguous in both coordinates (full at stage 0, shards
-    // otherwise).
-    const bool full = ctx_.policy.gather_grads;
-    const std::int64_t off = full ? F.offset : F.shard_offset;
-    const std::int64_t n = full ? L.offset + L.padded_numel - off : L.shard_offset + L.shard_numel - off;
-    ctx_.backend->accumulate(accum_.as<float>().data() + off, reduced_data(off, n), dt, n);
-  }
+  // The run's region of the reduced gradient is contiguous in both coordinates (full at stage 0,
+  // shards otherwise).
+  const bool full = ctx_.policy.gather_grads;
+  const std::int64_t off = full ? F.offset : F.shard_offset;
+  accumulate(off, full ? L.offset + L.padded_numel - off : L.shard_offset + L.shard_numel - off);
+}
+
+void GradReducer::accumulate(std::int64_t offset, std::int64_t n) {
+  // Sum over micro-batches in fp32, in micro-batch order: the same on every stage.
+  if (ctx_.settings.accumulation > 1)
+    ctx_.backend->accumulate(accum_.as<float>().data() + offset, reduced_data(offset, n),
+                             reduced_data_dtype(), n);
 }
 
 void GradReducer::finish_reductions_of(int u) {

@@ -81,6 +81,11 @@ class GradReducer {
   void finish_grad_sync();           // the oldest: waits, unpacks and folds it, frees its buffers
   void finish_reductions_of(int u);  // until none holds unit u's gradients
   void unpack_and_accumulate(Reduction& r);
+  // The reduced gradient's [offset, offset + n) into the sum over micro-batches (accumulation > 1).
+  void accumulate(std::int64_t offset, std::int64_t n);
+  // Stage 0 on a world of one rank, reducing in the working dtype without compression: the
+  // gradient buffer is the reduced gradient; reduce_grads moves nothing.
+  bool alone() const;
 
   EngineContext& ctx_;
   std::unique_ptr<ReducePath> path_;

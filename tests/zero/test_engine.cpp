@@ -346,6 +346,35 @@ TEST_CASE("Model-state bytes per rank equal ZeRO's analysis with padding counted
   CHECK(double(r.memory.model_states()) == 2 * psi(r) + 16 * psi(r) / N);
 }
 
+TEST_CASE("One rank at stage 0 reduces nothing: no collective, no bucket, stage 1's weights") {
+  auto w = world();
+  auto alone_world = w->split(w->rank(), 0);  // every rank a world of one
+  RunSpec spec;
+  spec.steps = 2;
+  for (const auto& [precision, reduce, alone] :
+       {std::tuple{Precision::fp32, DType::f32, true}, std::tuple{Precision::bf16, DType::bf16, true},
+        std::tuple{Precision::bf16, DType::f32, false}}) {
+    for (const std::int64_t accum : {1, 2}) {
+      spec.precision = precision;
+      spec.reduce = reduce;
+      spec.accumulation = accum;
+      spec.stage = 0;
+      const auto r = run_mlp(*alone_world, spec);
+      spec.stage = 1;
+      const auto one = run_mlp(*alone_world, spec);
+      INFO(name_of(precision) << " reduced in " << name_of(reduce) << ", accumulation " << accum);
+      CHECK(r.checksum == one.checksum);
+      CHECK(r.losses == one.losses);
+      // In the working dtype the gradient buffer is the sum; in another, each micro-batch's is
+      // converted by its reduction.
+      CHECK((r.per_step[comm::Op::reduce_scatter].calls == 0) == alone);
+      CHECK((r.memory.ledger[Category::buckets].peak == 0) == alone);
+      CHECK(r.per_step[comm::Op::all_gather].payload_bytes ==
+            (alone ? agreement_bytes(0) : agreement_bytes(0) + 4 * std::uint64_t(r.padded * accum)));
+    }
+  }
+}
+
 TEST_CASE("Stage 3 moves 1.5 times the payload of stage 2, and stages 0-2 the same") {
   auto w = world();
   const auto N = static_cast<std::uint64_t>(w->size());
@@ -359,9 +388,11 @@ TEST_CASE("Stage 3 moves 1.5 times the payload of stage 2, and stages 0-2 the sa
     // The step's own agreements aside.
     volume[stage] = r.per_step[comm::Op::reduce_scatter].payload_bytes +
                     r.per_step[comm::Op::all_gather].payload_bytes - agreement_bytes(stage) * N;
-    CHECK(r.per_step[comm::Op::reduce_scatter].payload_bytes == 2 * std::uint64_t(r.padded));
+    // One rank at stage 0 reduces nothing: its gradient is the sum (GradReducer::alone).
+    CHECK(r.per_step[comm::Op::reduce_scatter].payload_bytes ==
+          (stage == 0 && N == 1 ? 0 : 2 * std::uint64_t(r.padded)));
   }
-  CHECK(volume[0] == volume[1]);
+  if (N > 1) CHECK(volume[0] == volume[1]);
   CHECK(volume[1] == volume[2]);
   CHECK(2 * volume[3] == 3 * volume[2]);
 }

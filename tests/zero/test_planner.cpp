@@ -229,6 +229,9 @@ std::int64_t reference_step_peak(const PlanInput& in) {
   const DType rd = in.config.precision == Precision::fp32 ? DType::f32 : in.config.communication_data_type;
   const std::int64_t w = static_cast<std::int64_t>(size_of(wd)), r = static_cast<std::int64_t>(size_of(rd));
   const int nu = static_cast<int>(L.units.size());
+  // Stage 0 on one rank, reducing in the working dtype: the gradient buffer is the reduced
+  // gradient, and a reduction takes no buffer.
+  const bool alone = pol.gather_grads && in.ranks == 1 && rd == wd;
   std::int64_t current = 0, peak = 0;
   auto alloc = [&](std::int64_t b) { current += b, peak = std::max(peak, current); };
   auto dealloc = [&](std::int64_t b) { current -= b; };
@@ -303,7 +306,7 @@ std::int64_t reference_step_peak(const PlanInput& in) {
   auto reduce = [&](int u) {
     grads(u);
     const auto& U = L.units[u];
-    if (pol.gather_grads) pending[u] = take(r * U.shard_numel, true).bytes;
+    if (pol.gather_grads && !alone) pending[u] = take(r * U.shard_numel, true).bytes;
     else if (pol.shard_grads) pending[u] = w * U.padded_numel;
     fresh[u] = false;
     for (int v = 0; v < nu; ++v)
