@@ -29,6 +29,15 @@ def user_env(**extra):
     return env
 
 
+def runner(zero, **extra_env):
+    """zero(*args, timeout=300, env=None): the binary at the path zero run as a user runs it (in
+    user_env(**extra_env), or env), its output captured as text."""
+    def run(*args, timeout=300, env=None):
+        return subprocess.run([zero, *args], capture_output=True, text=True, timeout=timeout,
+                              env=env or user_env(**extra_env))
+    return run
+
+
 def token_file(zero, tmp, text):
     """Writes text to tmp/text.txt, makes it into byte tokens with `zero data` (the binary at the
     path zero), checks that this succeeded and returns the path of the training file."""

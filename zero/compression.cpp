@@ -51,13 +51,8 @@ void read_compression(const detail::ObjectReader& top, Config& c) {
       *v, "compression", {"gradients", "weights", "block_size", "topk_ratio", "error_feedback"}, {},
       top.log());
   CompressionConfig& k = c.compression;
-  s.choice("gradients", k.gradients,
-           {{"none", GradCompression::none},
-            {"int8", GradCompression::int8},
-            {"int4", GradCompression::int4},
-            {"topk", GradCompression::topk}});
-  s.choice("weights", k.weights,
-           {{"none", WeightCompression::none}, {"int8", WeightCompression::int8}});
+  s.choice("gradients", k.gradients, kGradNames);
+  s.choice("weights", k.weights, kWeightNames);
   s.integer("block_size", k.block_size, 1, kMaxQuantBlock);
   if (s.number("topk_ratio", k.topk_ratio, detail::Num::unit_closed) && k.topk_ratio <= 0)
     detail::fail_expected(s.path_of("topk_ratio"), "a number in (0, 1]", *s.get("topk_ratio"));

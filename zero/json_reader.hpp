@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -357,11 +358,33 @@ class ObjectReader {
     return true;
   }
 
-  // A string naming one of `names` (exactly, or ignoring case when DeepSpeed does).
+  // A string naming one of `names` (exactly, or ignoring case when DeepSpeed does): listed here,
+  // or a table the enum's name_of and parse_ read too.
   template <class E>
   bool choice(std::string_view key, E& out,
               std::initializer_list<std::pair<std::string_view, E>> names,
               bool ignore_case = false) const {
+    return choose(key, out, std::span<const std::pair<std::string_view, E>>(names.begin(), names.size()),
+                  ignore_case);
+  }
+  template <class E, std::size_t N>
+  bool choice(std::string_view key, E& out,
+              const std::array<std::pair<std::string_view, E>, N>& names,
+              bool ignore_case = false) const {
+    return choose(key, out, std::span<const std::pair<std::string_view, E>>(names), ignore_case);
+  }
+
+  // A key DeepSpeed has whose true value zero cannot honour: refuse it rather than train
+  // differently from what the file says.
+  void refuse_true(std::string_view key, std::string_view why) const {
+    bool on = false;
+    if (flag(key, on) && on) fail(path_of(key), cat("true is not supported: ", why));
+  }
+
+ private:
+  template <class E>
+  bool choose(std::string_view key, E& out, std::span<const std::pair<std::string_view, E>> names,
+              bool ignore_case) const {
     const json::value* v = get(key);
     if (!v) return false;
     std::string what;
@@ -381,15 +404,6 @@ class ObjectReader {
     }
     fail_expected(path_of(key), what, *v);
   }
-
-  // A key DeepSpeed has whose true value zero cannot honour: refuse it rather than train
-  // differently from what the file says.
-  void refuse_true(std::string_view key, std::string_view why) const {
-    bool on = false;
-    if (flag(key, on) && on) fail(path_of(key), cat("true is not supported: ", why));
-  }
-
- private:
   std::string where(std::string_view context) const {
     return path_.empty() ? "at top level" : cat("in ", path_, context);
   }

@@ -9,12 +9,10 @@ import json, os, re, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, checksum, finish, one_error, token_file, user_env  # noqa: E402
+from checks import check, checksum, finish, one_error, runner, token_file  # noqa: E402
 
 
-def zero(*args, timeout=300):
-    return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout,
-                          env=user_env())
+zero = runner(ZERO)
 
 
 def steps(out):

@@ -9,7 +9,7 @@ import json, os, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, checksum, finish, one_error, token_file, user_env  # noqa: E402
+from checks import check, checksum, finish, one_error, runner, token_file  # noqa: E402
 
 TEXT = ("Compression trades bytes on the wire for error in the sum; error feedback carries what "
         "was not sent into the next step. ") * 40
@@ -20,9 +20,7 @@ GROUPS = {"shard": "shard_group", "replicate": "across_shard_groups", "secondary
           "world": "all_ranks"}
 
 
-def zero(*args, timeout=300):
-    return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout,
-                          env=user_env(ZERO_FMA_PEAK="1e10 fixed"))
+zero = runner(ZERO, ZERO_FMA_PEAK="1e10 fixed")
 
 
 with tempfile.TemporaryDirectory() as tmp:

@@ -10,7 +10,7 @@ import json, os, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, token_file, user_env  # noqa: E402
+from checks import check, finish, runner, token_file  # noqa: E402
 
 TEXT = ("Offload keeps the optimizer's state in host memory and moves the gradients down and the "
         "new params up, and the ledger counts both spaces. ") * 40
@@ -20,9 +20,7 @@ HOST_ROWS = {"host params": "host_params_bytes", "host grads": "host_grads_bytes
 NANO = ["--model", "gpt", "--preset", "gpt-nano", "--micro-batch", "2"]
 
 
-def zero(*args, timeout=300):
-    return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout,
-                          env=user_env(ZERO_FMA_PEAK="1e10 fixed"))
+zero = runner(ZERO, ZERO_FMA_PEAK="1e10 fixed")
 
 
 def config(tmp, stage, optimizer, params=False):

@@ -11,7 +11,7 @@ import json, os, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, token_file, user_env  # noqa: E402
+from checks import check, finish, runner, token_file  # noqa: E402
 
 TEXT = ("The plan is the run: what each rank holds is counted before anything starts, and the "
         "ledger of the run measures the same bytes at every stage. ") * 40
@@ -47,9 +47,7 @@ GRID += ([(NANO, 4, s, [*RECOMPUTE, "--micro-batch", "14"[s % 2]]) for s in rang
          [(NANO, 2, 3, [*EMULATED, "--recompute", "--micro-batch", "4"])])
 
 
-def zero(*args, timeout=300):
-    return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout,
-                          env=user_env(ZERO_FMA_PEAK="1e10 fixed"))
+zero = runner(ZERO, ZERO_FMA_PEAK="1e10 fixed")
 
 
 with tempfile.TemporaryDirectory() as tmp:

@@ -10,16 +10,14 @@ import json, os, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, token_file, user_env  # noqa: E402
+from checks import check, finish, runner, token_file  # noqa: E402
 
 TEXT = ("Recomputation trades compute for memory: each block keeps its input, and backward runs "
         "the block's forward again before its own gradients. ") * 40
 GPT = ["--model", "gpt", "--preset", "gpt-micro", "--device", "cpu", "--micro-batch", "2"]
 
 
-def zero(*args, timeout=300):
-    return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout,
-                          env=user_env(ZERO_FMA_PEAK="1e10 fixed"))
+zero = runner(ZERO, ZERO_FMA_PEAK="1e10 fixed")
 
 
 def train(tmp, *flags):

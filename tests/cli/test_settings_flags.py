@@ -9,7 +9,7 @@ import json, os, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, user_env  # noqa: E402
+from checks import check, finish, runner  # noqa: E402
 
 MLP = ["--model", "mlp", "--width", "128", "--device", "cpu"]
 # plan's JSON key for each of train's measured categories.
@@ -18,9 +18,7 @@ CATEGORIES = {"params": "params_bytes", "grads": "grads_bytes", "master": "maste
               "activations": "activations_bytes", "peak total": "peak_bytes"}
 
 
-def zero(*args, timeout=300):
-    return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout,
-                          env=user_env())
+zero = runner(ZERO)
 
 
 def error_line(r, command):

@@ -9,15 +9,13 @@ import json, os, re, struct, subprocess, sys, tempfile
 
 ZERO = sys.argv[1]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from checks import check, finish, token_file, user_env  # noqa: E402
+from checks import check, finish, runner, token_file, user_env  # noqa: E402
 
 TEXT = ("It was the best of times, it was the worst of times, it was the age of wisdom, it was "
         "the age of foolishness, it was the epoch of belief, it was the epoch of incredulity. ") * 60
 
 
-def zero(*args, timeout=300):
-    return subprocess.run([ZERO, *args], capture_output=True, text=True, timeout=timeout,
-                          env=user_env())
+zero = runner(ZERO)
 
 
 def one_error(r):
