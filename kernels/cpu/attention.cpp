@@ -21,6 +21,7 @@
 
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/rows.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/gpt_math.hpp"
 
@@ -37,21 +38,6 @@ float* thread_scratch(std::size_t n) {
   return buf.data();
 }
 
-// row[j] = e^(row[j] - shift) for j < n, vectorised (kernels/cpu/gpt_ops.cpp's; the sum that
-// follows is a fixed-order scalar loop).
-void exp_shifted(float* row, int n, float shift) {
-  detail::dispatch(best_path(), [&]() ZERO_LOOP {
-    for (int j = 0; j < n; ++j) row[j] = exp_element(row[j] - shift);
-  });
-}
-
-// row[j] *= inv for j < n, vectorised (element-wise: no operation reordered).
-void scale_row(float* row, int n, float inv) {
-  detail::dispatch(best_path(), [&]() ZERO_LOOP {
-    for (int j = 0; j < n; ++j) row[j] *= inv;
-  });
-}
-
 // d[j] = softmax_input_grad(p[j], d[j], dot) for j < n, vectorised likewise.
 void softmax_grad_row(float* d, const float* p, int n, float dot) {
   detail::dispatch(best_path(), [&]() ZERO_LOOP {
@@ -61,8 +47,8 @@ void softmax_grad_row(float* d, const float* p, int n, float dot) {
 
 // The recomputed probabilities of one row: e^(s - max) · (1/sum) for its n unmasked keys.
 void probabilities(float* row, int n, float mx, float inv) {
-  exp_shifted(row, n, mx);
-  scale_row(row, n, inv);
+  rows::exp_shifted(row, n, mx);
+  rows::scale(row, n, inv);
 }
 
 // One head of one sequence as fp32 rows: q, k, v with row stride ld.
@@ -119,19 +105,25 @@ void forward_pair(T* out, float* saved, const T* qkv, int b, int h, int seq, int
     const int r1 = std::min(seq, r0 + R), rows = r1 - r0;
     gemm(false, true, rows, r1, hs, scale, hd.q + static_cast<I>(r0) * hd.ld, hd.ld, hd.k, hd.ld,
          0.0f, S, r1);
-    for (int i = 0; i < rows; ++i) {  // causal softmax of row t over keys 0..t
-      const int t = r0 + i;
-      float* row = S + static_cast<I>(i) * r1;
-      float mx = row[0];
-      for (int j = 1; j <= t; ++j) mx = std::max(mx, row[j]);
-      exp_shifted(row, t + 1, mx);
-      float sum = 0;
-      for (int j = 0; j <= t; ++j) sum += row[j];
-      const float inv = 1.0f / sum;
-      scale_row(row, t + 1, inv);
-      std::fill(row + t + 1, row + r1, 0.0f);
-      st[2 * t] = mx;
-      st[2 * t + 1] = inv;
+    // Causal softmax of each row t over keys 0..t, rows in groups whose sums run interleaved.
+    for (int i0 = 0; i0 < rows; i0 += rows::RowSums::kRows) {
+      const int count = std::min(rows::RowSums::kRows, rows - i0);
+      float* row[rows::RowSums::kRows];
+      for (int i = 0; i < count; ++i) {
+        const int t = r0 + i0 + i;
+        row[i] = S + static_cast<I>(i0 + i) * r1;
+        st[2 * t] = rows::max(row[i], t + 1);
+        rows::exp_shifted(row[i], t + 1, st[2 * t]);
+      }
+      rows::RowSums sum(count, row);
+      sum.add(0, r0 + i0 + 1);  // the keys every row of the group has; then each row's own
+      for (int i = 1; i < count; ++i) sum.add_row(i, r0 + i0 + 1, r0 + i0 + i + 1);
+      for (int i = 0; i < count; ++i) {
+        const int t = r0 + i0 + i;
+        st[2 * t + 1] = 1.0f / sum[i];
+        rows::scale(row[i], t + 1, st[2 * t + 1]);
+        std::fill(row[i] + t + 1, row[i] + r1, 0.0f);
+      }
     }
     T* o = out + (static_cast<I>(b) * seq + r0) * C + h * hs;
     if constexpr (std::is_same_v<T, float>) {
@@ -156,16 +148,25 @@ void backward_queries(float* dq, float* dots, const Head& hd, const float* dy, c
          0.0f, P, r1);
     gemm(false, true, rows, r1, hs, 1.0f, dy + static_cast<I>(r0) * ldy, ldy, hd.v, hd.ld, 0.0f, D,
          r1);
-    for (int i = 0; i < rows; ++i) {
-      const int t = r0 + i;
-      float* p = P + static_cast<I>(i) * r1;
-      float* d = D + static_cast<I>(i) * r1;
-      probabilities(p, t + 1, st[2 * t], st[2 * t + 1]);
-      float dot = 0;
-      for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
-      softmax_grad_row(d, p, t + 1, dot);
-      std::fill(d + t + 1, d + r1, 0.0f);
-      dots[t] = dot;
+    for (int i0 = 0; i0 < rows; i0 += rows::RowSums::kRows) {
+      const int count = std::min(rows::RowSums::kRows, rows - i0);
+      float* p[rows::RowSums::kRows];
+      float* d[rows::RowSums::kRows];
+      for (int i = 0; i < count; ++i) {
+        const int t = r0 + i0 + i;
+        p[i] = P + static_cast<I>(i0 + i) * r1;
+        d[i] = D + static_cast<I>(i0 + i) * r1;
+        probabilities(p[i], t + 1, st[2 * t], st[2 * t + 1]);
+      }
+      rows::RowSums dot(count, p, d);  // Σ_j p·dp of each row, interleaved as forward's sums
+      dot.add_products(0, r0 + i0 + 1);
+      for (int i = 1; i < count; ++i) dot.add_row_products(i, r0 + i0 + 1, r0 + i0 + i + 1);
+      for (int i = 0; i < count; ++i) {
+        const int t = r0 + i0 + i;
+        softmax_grad_row(d[i], p[i], t + 1, dot[i]);
+        std::fill(d[i] + t + 1, d[i] + r1, 0.0f);
+        dots[t] = dot[i];
+      }
     }
     gemm(false, false, rows, hs, r1, scale, D, r1, hd.k, hd.ld, 0.0f, dq + static_cast<I>(r0) * ldd,
          ldd);

@@ -10,6 +10,7 @@
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/gemm_bf16.hpp"
+#include "kernels/cpu/rows.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/gpt_math.hpp"
 #include "precision/convert.hpp"
@@ -78,14 +79,6 @@ const T* as_operand(const float* x, std::size_t n, Scratch& scratch) {
     });
     return h;
   }
-}
-
-// row[j] = e^(row[j] - shift) for j < n, vectorised (the sum that follows is a fixed-order
-// scalar loop).
-void exp_shifted(float* row, int n, float shift) {
-  detail::dispatch(best_path(), [&]() ZERO_LOOP {
-    for (int j = 0; j < n; ++j) row[j] = exp_element(row[j] - shift);
-  });
 }
 
 }  // namespace
@@ -293,78 +286,40 @@ void logits_backward(float* dinp, float* dwte, const float* dlogits, const T* in
   gemm_t(true, false, V, C, N, 1.0f, d, V, inp, C, 0.0f, dwte, C);
 }
 
-// Per row; the rows' losses are summed in row order after.
-namespace {
-
-// Rows a loss task takes together, and the elements of each row exponentiated before they are
-// summed (8 rows x 8 KiB stay in the L1 and L2 caches between the two).
-constexpr int kLossRows = 8;
+// The loss takes rows in groups of RowSums::kRows, and exponentiates this many elements of each
+// before adding them to its sum (8 rows x 8 KiB stay in the L1 and L2 caches between the two).
+// The rows' losses are summed in row order after.
 constexpr int kLossChunk = 2048;
-
-// max_j row[j], as the in-order loop `mx = std::max(mx, row[j])` gives it, vectorised: a maximum
-// is exact in any order. (Only a tie of -0 and +0 may come out with the other sign, and a row's
-// loss and gradients use mx only as x - mx and + mx, where the sign of a zero changes no bit.)
-float row_max(const float* row, int n) {
-  float lanes[8];
-  for (float& l : lanes) l = row[0];
-  const int body = n - n % 8;
-  detail::dispatch(best_path(), [&]() ZERO_LOOP {
-    for (int j = 0; j < body; j += 8)
-      for (int l = 0; l < 8; ++l) lanes[l] = lanes[l] < row[j + l] ? row[j + l] : lanes[l];
-  });
-  float mx = lanes[0];
-  for (int l = 1; l < 8; ++l) mx = std::max(mx, lanes[l]);
-  for (int j = body; j < n; ++j) mx = std::max(mx, row[j]);
-  return mx;
-}
-
-// sums[r] += rows[r][j] for j in [j0, j1), each row's additions in index order: the same fp32
-// sum a loop over one row gives, with R independent chains in flight instead of one (the add's
-// latency, not its throughput, bounds a single chain).
-template <int R>
-void add_rows_in_order(float* const* rows, int j0, int j1, float* sums) {
-  float acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = sums[r];
-  for (int j = j0; j < j1; ++j)
-    for (int r = 0; r < R; ++r) acc[r] += rows[r][j];
-  for (int r = 0; r < R; ++r) sums[r] = acc[r];
-}
-
-}  // namespace
 
 double crossentropy_forward_backward(float* logits, const std::int32_t* targets, int N, int V,
                                      float grad_scale) {
   std::vector<double> row_loss(static_cast<std::size_t>(std::max(N, 0)));
-  for_blocks(static_cast<std::size_t>(std::max(N, 0)), kLossRows,
-             [&](std::size_t n0, std::size_t n1) {
-    const int rows_here = static_cast<int>(n1 - n0);
-    float* rows[kLossRows];
-    float mx[kLossRows], logit[kLossRows], sum[kLossRows];
-    for (int r = 0; r < rows_here; ++r) {
-      rows[r] = logits + static_cast<std::int64_t>(n0 + r) * V;
-      mx[r] = row_max(rows[r], V);
-      logit[r] = rows[r][targets[n0 + r]];
-      sum[r] = 0;
+  constexpr int kGroup = rows::RowSums::kRows;
+  for_blocks(static_cast<std::size_t>(std::max(N, 0)), kGroup, [&](std::size_t n0, std::size_t n1) {
+    const int count = static_cast<int>(n1 - n0);
+    float* row[kGroup];
+    float mx[kGroup], logit[kGroup];
+    for (int r = 0; r < count; ++r) {
+      row[r] = logits + static_cast<std::int64_t>(n0 + r) * V;
+      mx[r] = rows::max(row[r], V);
+      logit[r] = row[r][targets[n0 + r]];
     }
-    // e^(x - mx) a chunk at a time, then the chunk added to each row's running sum in order.
+    // e^(x - mx) a chunk at a time, then the chunk added to each row's sum.
+    rows::RowSums sum(count, row);
     for (int j0 = 0; j0 < V; j0 += kLossChunk) {
       const int j1 = std::min(V, j0 + kLossChunk);
-      for (int r = 0; r < rows_here; ++r) exp_shifted(rows[r] + j0, j1 - j0, mx[r]);
-      if (rows_here == kLossRows) {
-        add_rows_in_order<kLossRows>(rows, j0, j1, sum);
-      } else {
-        for (int r = 0; r < rows_here; ++r) add_rows_in_order<1>(rows + r, j0, j1, sum + r);
-      }
+      for (int r = 0; r < count; ++r) rows::exp_shifted(row[r] + j0, j1 - j0, mx[r]);
+      sum.add(j0, j1);
     }
-    for (int r = 0; r < rows_here; ++r) {
-      float* row = rows[r];
+    for (int r = 0; r < count; ++r) {
       row_loss[n0 + r] =
           static_cast<double>(std::log(sum[r])) + static_cast<double>(mx[r]) - logit[r];
       const float inv = 1.0f / sum[r];
+      float* x = row[r];
       detail::dispatch(best_path(), [&]() ZERO_LOOP {
-        for (int v = 0; v < V; ++v) row[v] = row[v] * inv * grad_scale;
+        for (int v = 0; v < V; ++v) x[v] = x[v] * inv * grad_scale;
       });
-      row[targets[n0 + r]] -= grad_scale;
+      x[targets[n0 + r]] -= grad_scale;
     }
   });
   double loss = 0;

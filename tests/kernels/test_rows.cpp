@@ -1,6 +1,6 @@
-// The GPT's softmax cross-entropy on the CPU (kernels/cpu/gpt_ops.hpp): the kernel takes rows in
-// groups, vectorises the max and runs the groups' sums as interleaved chains; none of it may move
-// a bit from the plain loop over one row at a time that defines the loss.
+// The softmaxes' row operations on the CPU (kernels/cpu/rows.hpp) and the loss built on them
+// (kernels/cpu/gpt_ops.hpp): the max vectorised, the sums of a group of rows run as interleaved
+// chains; none of it may move a bit from the plain loop over one row at a time.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/gpt_ops.hpp"
+#include "kernels/cpu/rows.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/gpt_math.hpp"
 #include "test_data.hpp"
@@ -70,5 +71,37 @@ TEST_CASE("the loss gives the bits of the plain one-row-at-a-time loop", "[loss]
     same_as_plain(8, 2048, threads);
     same_as_plain(3, 7, threads);
     same_as_plain(9, 50257, threads);
+  }
+}
+
+TEST_CASE("a group's interleaved sums and the vectorised max give each row's plain loop's bits",
+          "[rows]") {
+  // Rows of different lengths, as attention's (a tile's rows t = r0..r0+7 have t + 1 keys).
+  for (const int count : {8, 5, 1}) {
+    std::vector<std::vector<float>> x, y;
+    float* xs[cpu::rows::RowSums::kRows];
+    const float* ys[cpu::rows::RowSums::kRows];
+    for (int r = 0; r < count; ++r) {
+      x.push_back(uniform_values(static_cast<std::size_t>(300 + r), 40 + r, 3.0f));
+      y.push_back(uniform_values(static_cast<std::size_t>(300 + r), 60 + r, 3.0f));
+    }
+    x.back().back() = 50.0f;  // a max in the scalar tail
+    for (int r = 0; r < count; ++r) xs[r] = x[r].data(), ys[r] = y[r].data();
+    cpu::rows::RowSums sum(count, xs), dot(count, xs, ys);
+    sum.add(0, 120), sum.add(120, 300);  // in pieces, then each row's own tail
+    dot.add_products(0, 300);
+    for (int r = 1; r < count; ++r) sum.add_row(r, 300, 300 + r), dot.add_row_products(r, 300, 300 + r);
+    for (int r = 0; r < count; ++r) {
+      float want_sum = 0, want_dot = 0, want_max = x[r][0];
+      for (std::size_t j = 0; j < x[r].size(); ++j) {
+        want_sum += x[r][j];
+        want_dot += x[r][j] * y[r][j];
+        want_max = std::max(want_max, x[r][j]);
+      }
+      INFO(count << " rows, row " << r);
+      CHECK(same(sum[r], want_sum));
+      CHECK(same(dot[r], want_dot));
+      CHECK(same(cpu::rows::max(x[r].data(), static_cast<int>(x[r].size())), want_max));
+    }
   }
 }
