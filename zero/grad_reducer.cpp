@@ -131,8 +131,8 @@ void GradReducer::reduce_grads(int u) {
 }
 
 bool GradReducer::alone() const {
-  return ctx_.policy.gather_grads && ctx_.groups.shard_ranks == 1 && ctx_.groups.replicate == nullptr &&
-         ctx_.settings.reduced_aliases_grads &&
+  return ctx_.policy.gather_grads && ctx_.groups.shard_ranks == 1 &&
+         ctx_.groups.replicate == nullptr && ctx_.settings.reduced_aliases_grads &&
          ctx_.settings.compression.gradients == GradCompression::none;
 }
 

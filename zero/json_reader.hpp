@@ -364,7 +364,8 @@ class ObjectReader {
   bool choice(std::string_view key, E& out,
               std::initializer_list<std::pair<std::string_view, E>> names,
               bool ignore_case = false) const {
-    return choose(key, out, std::span<const std::pair<std::string_view, E>>(names.begin(), names.size()),
+    return choose(key, out,
+                  std::span<const std::pair<std::string_view, E>>(names.begin(), names.size()),
                   ignore_case);
   }
   template <class E, std::size_t N>

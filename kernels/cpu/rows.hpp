@@ -83,7 +83,8 @@ class RowSums {
       for (int r = 0; r < kRows; ++r) sums_[r] = acc[r];
       return;
     }
-    for (int r = 0; r < count_; ++r) Products ? add_row_products(r, from, to) : add_row(r, from, to);
+    for (int r = 0; r < count_; ++r)
+      Products ? add_row_products(r, from, to) : add_row(r, from, to);
   }
 
   int count_;

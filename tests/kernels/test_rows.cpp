@@ -90,7 +90,8 @@ TEST_CASE("a group's interleaved sums and the vectorised max give each row's pla
     cpu::rows::RowSums sum(count, xs), dot(count, xs, ys);
     sum.add(0, 120), sum.add(120, 300);  // in pieces, then each row's own tail
     dot.add_products(0, 300);
-    for (int r = 1; r < count; ++r) sum.add_row(r, 300, 300 + r), dot.add_row_products(r, 300, 300 + r);
+    for (int r = 1; r < count; ++r)
+      sum.add_row(r, 300, 300 + r), dot.add_row_products(r, 300, 300 + r);
     for (int r = 0; r < count; ++r) {
       float want_sum = 0, want_dot = 0, want_max = x[r][0];
       for (std::size_t j = 0; j < x[r].size(); ++j) {

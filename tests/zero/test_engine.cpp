@@ -351,9 +351,9 @@ TEST_CASE("One rank at stage 0 reduces nothing: no collective, no bucket, stage 
   auto alone_world = w->split(w->rank(), 0);  // every rank a world of one
   RunSpec spec;
   spec.steps = 2;
-  for (const auto& [precision, reduce, alone] :
-       {std::tuple{Precision::fp32, DType::f32, true}, std::tuple{Precision::bf16, DType::bf16, true},
-        std::tuple{Precision::bf16, DType::f32, false}}) {
+  for (const auto& [precision, reduce, alone] : {std::tuple{Precision::fp32, DType::f32, true},
+                                                 std::tuple{Precision::bf16, DType::bf16, true},
+                                                 std::tuple{Precision::bf16, DType::f32, false}}) {
     for (const std::int64_t accum : {1, 2}) {
       spec.precision = precision;
       spec.reduce = reduce;
@@ -369,8 +369,9 @@ TEST_CASE("One rank at stage 0 reduces nothing: no collective, no bucket, stage 
       // converted by its reduction.
       CHECK((r.per_step[comm::Op::reduce_scatter].calls == 0) == alone);
       CHECK((r.memory.ledger[Category::buckets].peak == 0) == alone);
-      CHECK(r.per_step[comm::Op::all_gather].payload_bytes ==
-            (alone ? agreement_bytes(0) : agreement_bytes(0) + 4 * std::uint64_t(r.padded * accum)));
+      CHECK(
+          r.per_step[comm::Op::all_gather].payload_bytes ==
+          (alone ? agreement_bytes(0) : agreement_bytes(0) + 4 * std::uint64_t(r.padded * accum)));
     }
   }
 }
