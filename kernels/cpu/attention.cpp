@@ -47,8 +47,8 @@ void softmax_grad_row(float* d, const float* p, int n, float dot) {
 
 // The recomputed probabilities of one row: e^(s - max) · (1/sum) for its n unmasked keys.
 void probabilities(float* row, int n, float mx, float inv) {
-  rows::exp_shifted(row, n, mx);
-  rows::scale(row, n, inv);
+  row_ops::exp_shifted(row, n, mx);
+  row_ops::scale(row, n, inv);
 }
 
 // One head of one sequence as fp32 rows: q, k, v with row stride ld.
@@ -106,22 +106,22 @@ void forward_pair(T* out, float* saved, const T* qkv, int b, int h, int seq, int
     gemm(false, true, rows, r1, hs, scale, hd.q + static_cast<I>(r0) * hd.ld, hd.ld, hd.k, hd.ld,
          0.0f, S, r1);
     // Causal softmax of each row t over keys 0..t, rows in groups whose sums run interleaved.
-    for (int i0 = 0; i0 < rows; i0 += rows::RowSums::kRows) {
-      const int count = std::min(rows::RowSums::kRows, rows - i0);
-      float* row[rows::RowSums::kRows];
+    for (int i0 = 0; i0 < rows; i0 += row_ops::RowSums::kRows) {
+      const int count = std::min(row_ops::RowSums::kRows, rows - i0);
+      float* row[row_ops::RowSums::kRows];
       for (int i = 0; i < count; ++i) {
         const int t = r0 + i0 + i;
         row[i] = S + static_cast<I>(i0 + i) * r1;
-        st[2 * t] = rows::max(row[i], t + 1);
-        rows::exp_shifted(row[i], t + 1, st[2 * t]);
+        st[2 * t] = row_ops::max(row[i], t + 1);
+        row_ops::exp_shifted(row[i], t + 1, st[2 * t]);
       }
-      rows::RowSums sum(count, row);
+      row_ops::RowSums sum(count, row);
       sum.add(0, r0 + i0 + 1);  // the keys every row of the group has; then each row's own
       for (int i = 1; i < count; ++i) sum.add_row(i, r0 + i0 + 1, r0 + i0 + i + 1);
       for (int i = 0; i < count; ++i) {
         const int t = r0 + i0 + i;
         st[2 * t + 1] = 1.0f / sum[i];
-        rows::scale(row[i], t + 1, st[2 * t + 1]);
+        row_ops::scale(row[i], t + 1, st[2 * t + 1]);
         std::fill(row[i] + t + 1, row[i] + r1, 0.0f);
       }
     }
@@ -148,17 +148,17 @@ void backward_queries(float* dq, float* dots, const Head& hd, const float* dy, c
          0.0f, P, r1);
     gemm(false, true, rows, r1, hs, 1.0f, dy + static_cast<I>(r0) * ldy, ldy, hd.v, hd.ld, 0.0f, D,
          r1);
-    for (int i0 = 0; i0 < rows; i0 += rows::RowSums::kRows) {
-      const int count = std::min(rows::RowSums::kRows, rows - i0);
-      float* p[rows::RowSums::kRows];
-      float* d[rows::RowSums::kRows];
+    for (int i0 = 0; i0 < rows; i0 += row_ops::RowSums::kRows) {
+      const int count = std::min(row_ops::RowSums::kRows, rows - i0);
+      float* p[row_ops::RowSums::kRows];
+      float* d[row_ops::RowSums::kRows];
       for (int i = 0; i < count; ++i) {
         const int t = r0 + i0 + i;
         p[i] = P + static_cast<I>(i0 + i) * r1;
         d[i] = D + static_cast<I>(i0 + i) * r1;
         probabilities(p[i], t + 1, st[2 * t], st[2 * t + 1]);
       }
-      rows::RowSums dot(count, p, d);  // Σ_j p·dp of each row, interleaved as forward's sums
+      row_ops::RowSums dot(count, p, d);  // Σ_j p·dp of each row, interleaved as forward's sums
       dot.add_products(0, r0 + i0 + 1);
       for (int i = 1; i < count; ++i) dot.add_row_products(i, r0 + i0 + 1, r0 + i0 + i + 1);
       for (int i = 0; i < count; ++i) {

@@ -294,21 +294,21 @@ constexpr int kLossChunk = 2048;
 double crossentropy_forward_backward(float* logits, const std::int32_t* targets, int N, int V,
                                      float grad_scale) {
   std::vector<double> row_loss(static_cast<std::size_t>(std::max(N, 0)));
-  constexpr int kGroup = rows::RowSums::kRows;
+  constexpr int kGroup = row_ops::RowSums::kRows;
   for_blocks(static_cast<std::size_t>(std::max(N, 0)), kGroup, [&](std::size_t n0, std::size_t n1) {
     const int count = static_cast<int>(n1 - n0);
     float* row[kGroup];
     float mx[kGroup], logit[kGroup];
     for (int r = 0; r < count; ++r) {
       row[r] = logits + static_cast<std::int64_t>(n0 + r) * V;
-      mx[r] = rows::max(row[r], V);
+      mx[r] = row_ops::max(row[r], V);
       logit[r] = row[r][targets[n0 + r]];
     }
     // e^(x - mx) a chunk at a time, then the chunk added to each row's sum.
-    rows::RowSums sum(count, row);
+    row_ops::RowSums sum(count, row);
     for (int j0 = 0; j0 < V; j0 += kLossChunk) {
       const int j1 = std::min(V, j0 + kLossChunk);
-      for (int r = 0; r < count; ++r) rows::exp_shifted(row[r] + j0, j1 - j0, mx[r]);
+      for (int r = 0; r < count; ++r) row_ops::exp_shifted(row[r] + j0, j1 - j0, mx[r]);
       sum.add(j0, j1);
     }
     for (int r = 0; r < count; ++r) {

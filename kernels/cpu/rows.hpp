@@ -14,7 +14,7 @@
 #include "kernels/cpu/dispatch.hpp"
 #include "kernels/gpt_math.hpp"
 
-namespace zero::kernels::cpu::rows {
+namespace zero::kernels::cpu::row_ops {
 
 // row[j] = e^(row[j] - shift) for j < n.
 inline void exp_shifted(float* row, int n, float shift) {
@@ -93,4 +93,4 @@ class RowSums {
   float sums_[kRows];
 };
 
-}  // namespace zero::kernels::cpu::rows
+}  // namespace zero::kernels::cpu::row_ops

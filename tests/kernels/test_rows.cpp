@@ -79,15 +79,15 @@ TEST_CASE("a group's interleaved sums and the vectorised max give each row's pla
   // Rows of different lengths, as attention's (a tile's rows t = r0..r0+7 have t + 1 keys).
   for (const int count : {8, 5, 1}) {
     std::vector<std::vector<float>> x, y;
-    float* xs[cpu::rows::RowSums::kRows];
-    const float* ys[cpu::rows::RowSums::kRows];
+    float* xs[cpu::row_ops::RowSums::kRows];
+    const float* ys[cpu::row_ops::RowSums::kRows];
     for (int r = 0; r < count; ++r) {
       x.push_back(uniform_values(static_cast<std::size_t>(300 + r), 40 + r, 3.0f));
       y.push_back(uniform_values(static_cast<std::size_t>(300 + r), 60 + r, 3.0f));
     }
     x.back().back() = 50.0f;  // a max in the scalar tail
     for (int r = 0; r < count; ++r) xs[r] = x[r].data(), ys[r] = y[r].data();
-    cpu::rows::RowSums sum(count, xs), dot(count, xs, ys);
+    cpu::row_ops::RowSums sum(count, xs), dot(count, xs, ys);
     sum.add(0, 120), sum.add(120, 300);  // in pieces, then each row's own tail
     dot.add_products(0, 300);
     for (int r = 1; r < count; ++r)
@@ -102,7 +102,7 @@ TEST_CASE("a group's interleaved sums and the vectorised max give each row's pla
       INFO(count << " rows, row " << r);
       CHECK(same(sum[r], want_sum));
       CHECK(same(dot[r], want_dot));
-      CHECK(same(cpu::rows::max(x[r].data(), static_cast<int>(x[r].size())), want_max));
+      CHECK(same(cpu::row_ops::max(x[r].data(), static_cast<int>(x[r].size())), want_max));
     }
   }
 }
