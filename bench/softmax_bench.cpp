@@ -63,9 +63,15 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const int v = std::atoi(argv[i + 1]);
-    int* slot = k == "--batch" ? &B : k == "--seq" ? &T : k == "--hidden" ? &C : k == "--heads" ? &NH
-              : k == "--vocab" ? &V : k == "--loss-rows" ? &rows : k == "--threads" ? &threads
-              : k == "--reps" ? &reps : nullptr;
+    int* slot = k == "--batch"       ? &B
+                : k == "--seq"       ? &T
+                : k == "--hidden"    ? &C
+                : k == "--heads"     ? &NH
+                : k == "--vocab"     ? &V
+                : k == "--loss-rows" ? &rows
+                : k == "--threads"   ? &threads
+                : k == "--reps"      ? &reps
+                                     : nullptr;
     if (slot == nullptr || v < 1) {
       std::fprintf(stderr, "softmax_bench: unknown option or value %s %s\n", argv[i], argv[i + 1]);
       return 2;
@@ -73,7 +79,8 @@ int main(int argc, char** argv) {
     *slot = v;
   }
   if ((argc - 1) % 2 != 0 || C % NH != 0) {
-    std::fprintf(stderr, "softmax_bench: options come in pairs, and --hidden is a multiple of --heads\n");
+    std::fprintf(stderr,
+                 "softmax_bench: options come in pairs, and --hidden is a multiple of --heads\n");
     return 2;
   }
   cpu::ThreadPool pool(threads);
@@ -81,19 +88,23 @@ int main(int argc, char** argv) {
 
   const auto BT = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
   const std::vector<float> qkv = normal(BT * 3 * C, 1, 1.0f), dout = normal(BT * C, 2, 1.0f);
-  std::vector<float> out(BT * C), dqkv(BT * 3 * C), saved(cpu::gpt::attention_saved_floats(B, NH, T));
+  std::vector<float> out(BT * C), dqkv(BT * 3 * C),
+      saved(cpu::gpt::attention_saved_floats(B, NH, T));
   const double fwd = best_seconds(reps, [&] {
     cpu::gpt::attention_forward<float>(out.data(), saved.data(), qkv.data(), B, T, C, NH);
   });
   const double bwd = best_seconds(reps, [&] {
-    cpu::gpt::attention_backward<float>(dqkv.data(), dout.data(), qkv.data(), saved.data(), B, T, C, NH);
+    cpu::gpt::attention_backward<float>(dqkv.data(), dout.data(), qkv.data(), saved.data(), B, T, C,
+                                        NH);
   });
   const double flop = 2.0 * 2.0 * T * (T / 2.0) * C * B;
-  std::printf("attention B %d T %d C %d heads %d, %d threads: forward %.1f ms (%.1f GFLOP/s), "
-              "backward %.1f ms (%.1f GFLOP/s)\n",
-              B, T, C, NH, threads, fwd * 1e3, flop / fwd / 1e9, bwd * 1e3, 2 * flop / bwd / 1e9);
+  std::printf(
+      "attention B %d T %d C %d heads %d, %d threads: forward %.1f ms (%.1f GFLOP/s), "
+      "backward %.1f ms (%.1f GFLOP/s)\n",
+      B, T, C, NH, threads, fwd * 1e3, flop / fwd / 1e9, bwd * 1e3, 2 * flop / bwd / 1e9);
   std::printf("  hashes: out %016llx, saved %016llx, dqkv %016llx\n",
-              static_cast<unsigned long long>(fnv1a(out)), static_cast<unsigned long long>(fnv1a(saved)),
+              static_cast<unsigned long long>(fnv1a(out)),
+              static_cast<unsigned long long>(fnv1a(saved)),
               static_cast<unsigned long long>(fnv1a(dqkv)));
 
   const std::vector<float> logits = normal(static_cast<std::size_t>(rows) * V, 3, 3.0f);
@@ -104,11 +115,13 @@ int main(int argc, char** argv) {
   for (int r = 0; r < reps; ++r) {
     work = logits;  // the loss overwrites its logits with their gradient
     ce = std::min(ce, best_seconds(1, [&] {
-           loss = cpu::gpt::crossentropy_forward_backward(work.data(), targets.data(), rows, V, 0.25f);
-         }));
+                    loss = cpu::gpt::crossentropy_forward_backward(work.data(), targets.data(),
+                                                                   rows, V, 0.25f);
+                  }));
   }
-  std::printf("loss %d rows x %d, %d threads: %.3f ms, %.3f ns a logit (one thread's share: x %d)\n",
-              rows, V, threads, ce * 1e3, ce * 1e9 / (static_cast<double>(rows) * V), threads);
+  std::printf(
+      "loss %d rows x %d, %d threads: %.3f ms, %.3f ns a logit (one thread's share: x %d)\n", rows,
+      V, threads, ce * 1e3, ce * 1e9 / (static_cast<double>(rows) * V), threads);
   std::printf("  hashes: loss %.17g, dlogits %016llx\n", loss,
               static_cast<unsigned long long>(fnv1a(work)));
   return 0;
