@@ -1,11 +1,12 @@
-// The helpers the engine's check tests share (test_engine_checks.cpp, test_engine_options.cpp):
-// a two-unit model with uneven shards and padding, gradients written in the training dtype, one
-// training step, every master weight.
+// The helpers the engine's check tests share (test_engine_checks.cpp, test_engine_options.cpp,
+// test_engine.cpp): a two-unit model with uneven shards and padding, gradients written in the
+// training dtype, one training step, every master weight, the bytes of the step's agreements.
 #pragma once
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -16,6 +17,17 @@ namespace zero::testing::checks {
 
 inline std::unique_ptr<comm::Communicator> world() {
   return comm::make_mpi_communicator();
+}
+
+// What step() all-gathers a rank besides the model's own collectives: before the update its
+// summary (norm part, call digest, loss, whether a loss was passed: 32 bytes), and after it,
+// where the optimizer state is sharded (stages 1-3), the first non-finite update (16 bytes; at
+// stage 0 every rank applies the same update, so each knows without asking).
+inline std::uint64_t agreement_bytes(int stage) {
+  return 32 + (stage == 0 ? 0 : 16);
+}
+inline std::int64_t agreement_calls(int stage) {
+  return stage == 0 ? 1 : 2;
 }
 
 // Two units of 40 and 37 elements: uneven shards at 2-4 ranks, and padding in each unit.

@@ -6,24 +6,16 @@
 #include <limits>
 
 #include "precision/loss_scaler.hpp"
+#include "tests/zero/engine_checks.hpp"
 #include "tests/zero/engine_harness.hpp"
 
 using namespace zero;
 using zero::testing::RunSpec;
 using zero::testing::run_mlp;
+using zero::testing::checks::agreement_bytes;
+using zero::testing::checks::agreement_calls;
 
 namespace {
-
-// What step() all-gathers a rank besides the model's own collectives: before the update its
-// summary (norm part, call digest, loss, whether a loss was passed: 32 bytes), and after it,
-// where the optimizer state is sharded (stages 1-3), the first non-finite update (16 bytes; at
-// stage 0 every rank applies the same update, so each knows without asking).
-std::uint64_t agreement_bytes(int stage) {
-  return 32 + (stage == 0 ? 0 : 16);
-}
-std::int64_t agreement_calls(int stage) {
-  return stage == 0 ? 1 : 2;
-}
 
 std::unique_ptr<comm::Communicator> world() { return comm::make_mpi_communicator(); }
 
@@ -344,36 +336,6 @@ TEST_CASE("Model-state bytes per rank equal ZeRO's analysis with padding counted
   spec.stage = 2;
   const auto r = run_mlp(*w, spec);
   CHECK(double(r.memory.model_states()) == 2 * psi(r) + 16 * psi(r) / N);
-}
-
-TEST_CASE("One rank at stage 0 reduces nothing: no collective, no bucket, stage 1's weights") {
-  auto w = world();
-  auto alone_world = w->split(w->rank(), 0);  // every rank a world of one
-  RunSpec spec;
-  spec.steps = 2;
-  for (const auto& [precision, reduce, alone] : {std::tuple{Precision::fp32, DType::f32, true},
-                                                 std::tuple{Precision::bf16, DType::bf16, true},
-                                                 std::tuple{Precision::bf16, DType::f32, false}}) {
-    for (const std::int64_t accum : {1, 2}) {
-      spec.precision = precision;
-      spec.reduce = reduce;
-      spec.accumulation = accum;
-      spec.stage = 0;
-      const auto r = run_mlp(*alone_world, spec);
-      spec.stage = 1;
-      const auto one = run_mlp(*alone_world, spec);
-      INFO(name_of(precision) << " reduced in " << name_of(reduce) << ", accumulation " << accum);
-      CHECK(r.checksum == one.checksum);
-      CHECK(r.losses == one.losses);
-      // In the working dtype the gradient buffer is the sum; in another, each micro-batch's is
-      // converted by its reduction.
-      CHECK((r.per_step[comm::Op::reduce_scatter].calls == 0) == alone);
-      CHECK((r.memory.ledger[Category::buckets].peak == 0) == alone);
-      CHECK(
-          r.per_step[comm::Op::all_gather].payload_bytes ==
-          (alone ? agreement_bytes(0) : agreement_bytes(0) + 4 * std::uint64_t(r.padded * accum)));
-    }
-  }
 }
 
 TEST_CASE("Stage 3 moves 1.5 times the payload of stage 2, and stages 0-2 the same") {

@@ -1,6 +1,6 @@
 // The engine's options that must act, multi-rank: clipping, overlap, stage 3's persistence (and
 // the warning when it leaves nothing sharded), the learning-rate schedules, bias_correction:
-// false, and an fp32 run's reduce dtype. Each test here fails with its feature switched off (see
+// false, an fp32 run's reduce dtype, and stage 0 on one rank, which reduces nothing. Each test here fails with its feature switched off (see
 // the notes at each).
 #include <catch2/catch.hpp>
 
@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "tests/zero/engine_checks.hpp"
 
@@ -276,4 +277,34 @@ TEST_CASE("Stage 3 that shards no unit (all under the persistence threshold) say
   c.zero.stage = 2;
   Engine stage2(c, *w, small, o);
   CHECK(lines.empty());
+}
+
+TEST_CASE("One rank at stage 0 reduces nothing: no collective, no bucket, stage 1's weights") {
+  auto w = world();
+  auto alone_world = w->split(w->rank(), 0);  // every rank a world of one
+  RunSpec spec;
+  spec.steps = 2;
+  for (const auto& [precision, reduce, alone] : {std::tuple{Precision::fp32, DType::f32, true},
+                                                 std::tuple{Precision::bf16, DType::bf16, true},
+                                                 std::tuple{Precision::bf16, DType::f32, false}}) {
+    for (const std::int64_t accum : {1, 2}) {
+      spec.precision = precision;
+      spec.reduce = reduce;
+      spec.accumulation = accum;
+      spec.stage = 0;
+      const auto r = run_mlp(*alone_world, spec);
+      spec.stage = 1;
+      const auto one = run_mlp(*alone_world, spec);
+      INFO(name_of(precision) << " reduced in " << name_of(reduce) << ", accumulation " << accum);
+      CHECK(r.checksum == one.checksum);
+      CHECK(r.losses == one.losses);
+      // In the working dtype the gradient buffer is the sum; in another, each micro-batch's is
+      // converted by its reduction.
+      CHECK((r.per_step[comm::Op::reduce_scatter].calls == 0) == alone);
+      CHECK((r.memory.ledger[Category::buckets].peak == 0) == alone);
+      CHECK(
+          r.per_step[comm::Op::all_gather].payload_bytes ==
+          (alone ? agreement_bytes(0) : agreement_bytes(0) + 4 * std::uint64_t(r.padded * accum)));
+    }
+  }
 }
