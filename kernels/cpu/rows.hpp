@@ -48,8 +48,9 @@ inline float max(const float* row, int n) {
 }
 
 // Up to kRows rows' fixed-order sums: Σ_j x[j] (add) or Σ_j x[j]·y[j] (add_products, the product
-// rounded, then added), j from where the last call stopped to n, in index order. Terms can be
-// added in pieces (call after call); each row's sum is bitwise the one loop over it.
+// rounded, then added), over the ranges [from, to) of the calls, in index order. Given the
+// consecutive ranges that cover a row, in order (the terms can come in pieces, and a row's tail
+// through add_row), each row's sum is bitwise the one loop over it.
 class RowSums {
  public:
   static constexpr int kRows = 8;
