@@ -83,6 +83,14 @@ std::int64_t calls(const GroupedOps& g) {
   return g.shard.calls() + g.replicate.calls() + g.secondary.calls() + g.world.calls();
 }
 
+// What the optimizer pass moves a param besides its state: the fp32 master read and written (8),
+// the reduced gradient read twice (2r) and the new working param written (w).
+double bytes_besides_state(const Settings& settings) {
+  const double r = static_cast<double>(size_of(settings.reduce_dtype));
+  const double w = static_cast<double>(size_of(settings.work_dtype));
+  return 8.0 + 2 * r + w;
+}
+
 }  // namespace
 
 Placements place_groups(int ranks, int shard_size, int secondary_size, int gpus_per_node) {
@@ -153,10 +161,7 @@ double collective_seconds(comm::Op op, const OpCount& count, const GroupPlacemen
 }
 
 double optimizer_bytes_per_param(const Settings& settings, PlanOptimizer optimizer) {
-  const double r = static_cast<double>(size_of(settings.reduce_dtype));
-  const double w = static_cast<double>(size_of(settings.work_dtype));
-  const double states = 8.0 + 8.0 * state_buffers(optimizer);  // master + state(s), r+w
-  return states + 2 * r + w;
+  return bytes_besides_state(settings) + 8.0 * state_buffers(optimizer);  // fp32 state(s), r+w
 }
 
 namespace {
@@ -253,9 +258,8 @@ StepTime estimate_step(const Plan& plan, const PlanInput& in, const TimeInput& t
   // its state is not two buffers of the shard).
   const double owned = static_cast<double>(plan.device.master + plan.host.master) / 4;
   const double state = static_cast<double>(plan.device.optimizer + plan.host.optimizer);
-  s.optimizer_bytes_per_param = optimizer_bytes_per_param(set, in.optimizer);
-  if (owned > 0)
-    s.optimizer_bytes_per_param += (2 * state - owned * 8.0 * state_buffers(in.optimizer)) / owned;
+  s.optimizer_bytes_per_param = owned > 0 ? bytes_besides_state(set) + 2 * state / owned
+                                           : optimizer_bytes_per_param(set, in.optimizer);
   s.optimizer = owned * s.optimizer_bytes_per_param /
                 (set.offload ? kOffloadHostBandwidth : c.hbm_bandwidth * c.hbm_efficiency);
   // Muon's Newton-Schulz: the busiest owner's GEMM FLOPs at the GPU's achieved rate.
