@@ -94,8 +94,8 @@ int main(int argc, char** argv) {
     cpu::gpt::attention_forward<float>(out.data(), saved.data(), qkv.data(), B, T, C, NH);
   });
   const double bwd = best_seconds(reps, [&] {
-    cpu::gpt::attention_backward<float>(dqkv.data(), dout.data(), qkv.data(), saved.data(), B, T, C,
-                                        NH);
+    cpu::gpt::attention_backward<float>(dqkv.data(), dout.data(), qkv.data(), out.data(),
+                                        saved.data(), B, T, C, NH);
   });
   const double flop = 2.0 * 2.0 * T * (T / 2.0) * C * B;
   std::printf(

@@ -194,9 +194,9 @@ class HostOps {
     ops::attention_forward(out, saved, qkv, b, seq, c, h);
   }
   template <class T>
-  void attention_backward(float* dqkv, const float* dout, const T* qkv, const float* saved, int b,
-                          int seq, int c, int h) {
-    ops::attention_backward(dqkv, dout, qkv, saved, b, seq, c, h);
+  void attention_backward(float* dqkv, const float* dout, const T* qkv, const T* out,
+                          const float* saved, int b, int seq, int c, int h) {
+    ops::attention_backward(dqkv, dout, qkv, out, saved, b, seq, c, h);
   }
   template <class T>
   void gelu_forward(T* out, const T* inp, std::int64_t n) {

@@ -184,8 +184,9 @@ class DeviceOps {
     dops::attention_forward(out, att, qkv, b, seq, c, h, ws_, stream_);
   }
   template <class T>
-  void attention_backward(float* dqkv, const float* dout, const T* qkv, const float* att, int b,
-                          int seq, int c, int h) {
+  // The kept probabilities `att` give backward all it needs; the output is the CPU's input.
+  void attention_backward(float* dqkv, const float* dout, const T* qkv, const T* /*out*/,
+                          const float* att, int b, int seq, int c, int h) {
     dops::attention_backward(dqkv, dout, qkv, att, b, seq, c, h, ws_, stream_);
   }
   template <class T>

@@ -243,7 +243,8 @@ class GptModel final : public GptTrainer::Impl {
     // res2 = xin + attn.proj(attention(attn.qkv(ln1(xin))))
     ops.matmul_backward(dln.data(), false, g[4], g[5], dres.data(), a.atty.data(), p.t[4], n, C,
                         C);
-    ops.attention_backward(dqkv.data(), dln.data(), a.qkv.data(), a.att.data(), B, S, C, H);
+    ops.attention_backward(dqkv.data(), dln.data(), a.qkv.data(), a.atty.data(), a.att.data(), B, S,
+                           C, H);
     ops.matmul_backward(dln.data(), false, g[2], g[3], dqkv.data(), a.ln1.data(), p.t[2], n, C,
                         3 * C);
     ops.layernorm_backward(dres.data(), g[0], g[1], dln.data(), xin, p.f[0], a.ln1_mean.data(),

@@ -2,15 +2,15 @@
 //
 // Per (sequence, head), forward walks tiles of query rows [r0, r1): the scores against keys
 // 0..r1-1 only (the keys past the tile's last row are masked for every row of it), the softmax of
-// each row over its keys 0..t with its exact max, then y = P·v over those keys. Backward runs two
-// passes over the same pair: tiles of query rows (the probabilities again from the saved max and
-// 1/sum, dP = dy·vᵀ, each row's Σ_j p·dp, then dq), and tiles of key columns [c0, c1) against
-// query rows c0..T-1 (the rows before c0 see none of these keys), which give dv and dk with each
-// key's sum over its query rows in one GEMM. The operations per element are those of the
-// whole-matrix attention, on fewer masked zeros; the GEMMs' shapes differ from its [T, T] ones,
-// and OpenBLAS's kernels give the last columns of a call and the chunks of a long sum their own
-// rounding, so results differ from it in the last bits (bound: tests/kernels/test_attention.cpp,
-// docs/gpt.md).
+// each row over its keys 0..t with its exact max, then y = P·v over those keys. Backward first
+// takes each row's D_t = Σ_j p·dp as dy_t·o_t, then makes one pass (FlashAttention-2's) over
+// tiles of key columns [c0, c1) against query rows c0..T-1 (the rows before c0 see none of these
+// keys): the probabilities again from the saved max and 1/sum, dP = dy·vᵀ, dS, then dv and dk
+// with each key's sum over its query rows in one GEMM, and dq's share from these keys. The
+// GEMMs' shapes differ from the whole-matrix attention's [T, T] ones, and OpenBLAS's kernels give
+// the last columns of a call and the chunks of a long sum their own rounding, so results differ
+// from it in the last bits; D_t is another order of the same sum, and in bf16 storage reads o
+// rounded (bounds: tests/kernels/test_attention.cpp, docs/gpt.md).
 #include "kernels/cpu/attention.hpp"
 
 #include <algorithm>
@@ -137,54 +137,48 @@ void forward_pair(T* out, float* saved, const T* qkv, int b, int h, int seq, int
   }
 }
 
-// Backward's first pass: per tile of query rows, dS = softmax'(P, dy·vᵀ) and dq = dS·k·scale;
-// each row's Σ_j p·dp into dots[t] for the second pass.
-void backward_queries(float* dq, float* dots, const Head& hd, const float* dy, const float* st,
-                      int seq, int hs, int ldy, int ldd, float scale, float* P, float* D) {
-  const int R = kAttentionTile;
-  for (int r0 = 0; r0 < seq; r0 += R) {
-    const int r1 = std::min(seq, r0 + R), rows = r1 - r0;
-    gemm(false, true, rows, r1, hs, scale, hd.q + static_cast<I>(r0) * hd.ld, hd.ld, hd.k, hd.ld,
-         0.0f, P, r1);
-    gemm(false, true, rows, r1, hs, 1.0f, dy + static_cast<I>(r0) * ldy, ldy, hd.v, hd.ld, 0.0f, D,
-         r1);
-    for (int i0 = 0; i0 < rows; i0 += row_ops::RowSums::kRows) {
-      const int count = std::min(row_ops::RowSums::kRows, rows - i0);
-      float* p[row_ops::RowSums::kRows];
-      float* d[row_ops::RowSums::kRows];
-      for (int i = 0; i < count; ++i) {
-        const int t = r0 + i0 + i;
-        p[i] = P + static_cast<I>(i0 + i) * r1;
-        d[i] = D + static_cast<I>(i0 + i) * r1;
-        probabilities(p[i], t + 1, st[2 * t], st[2 * t + 1]);
-      }
-      row_ops::RowSums dot(count, p, d);  // Σ_j p·dp of each row, interleaved as forward's sums
-      dot.add_products(0, r0 + i0 + 1);
-      for (int i = 1; i < count; ++i) dot.add_row_products(i, r0 + i0 + 1, r0 + i0 + i + 1);
-      for (int i = 0; i < count; ++i) {
-        const int t = r0 + i0 + i;
-        softmax_grad_row(d[i], p[i], t + 1, dot[i]);
-        std::fill(d[i] + t + 1, d[i] + r1, 0.0f);
-        dots[t] = dot[i];
+// Each row's D_t = Σ_j p_tj·dp_tj, taken as dy_t·o_t (the same sum: o_t = Σ_j p_tj·v_j), over the
+// head's hs columns in order, eight rows' sums interleaved. o is the forward's output as stored
+// (bf16 widened exactly).
+template <class T>
+void row_dots(float* dots, const float* dy, const T* o, int seq, int hs, int ld, float* widened) {
+  constexpr int kRows = row_ops::RowSums::kRows;
+  for (int t0 = 0; t0 < seq; t0 += kRows) {
+    const int count = std::min(kRows, seq - t0);
+    const float* x[kRows];
+    const float* y[kRows];
+    for (int i = 0; i < count; ++i) {
+      const I t = t0 + i;
+      x[i] = dy + t * ld;
+      if constexpr (std::is_same_v<T, float>) {
+        y[i] = o + t * ld;
+      } else {
+        float* w = widened + static_cast<I>(i) * hs;
+        for (int c = 0; c < hs; ++c) w[c] = to_float(o[t * ld + c]);
+        y[i] = w;
       }
     }
-    gemm(false, false, rows, hs, r1, scale, D, r1, hd.k, hd.ld, 0.0f, dq + static_cast<I>(r0) * ldd,
-         ldd);
+    row_ops::RowSums dot(count, x, y);
+    dot.add_products(0, hs);
+    for (int i = 0; i < count; ++i) dots[t0 + i] = dot[i];
   }
 }
 
-// Backward's second pass: per tile of key columns [c0, c1), against query rows c0..T-1,
-// dv = Pᵀ·dy and dk = dSᵀ·q·scale.
-void backward_keys(float* dk, float* dv, const float* dots, const Head& hd, const float* dy,
-                   const float* st, int seq, int hs, int ldy, int ldd, float scale, float* P,
-                   float* D) {
+// Backward in one pass (FlashAttention-2's order), over tiles of key columns [c0, c1) against
+// the query rows c0..T-1 that see them: the tile's probabilities from the saved max and 1/sum,
+// dP = dy·vᵀ, dS = softmax'(P, dP) with each row's D_t, then dv = Pᵀ·dy and dk = dSᵀ·q·scale
+// (each key's sum over its rows in one GEMM), and dq += dS·k·scale, the key tiles added into dq
+// in order (the first tile, whose rows are all of them, writes it).
+void backward_tiles(float* dq, float* dk, float* dv, const float* dots, const Head& hd,
+                    const float* dy, const float* st, int seq, int hs, int ldy, int ldd,
+                    float scale, float* P, float* D) {
   const int R = kAttentionTile;
   for (int c0 = 0; c0 < seq; c0 += R) {
     const int c1 = std::min(seq, c0 + R), cols = c1 - c0, rows = seq - c0;
     const float* q = hd.q + static_cast<I>(c0) * hd.ld;
+    const float* k = hd.k + static_cast<I>(c0) * hd.ld;
     const float* dyc = dy + static_cast<I>(c0) * ldy;
-    gemm(false, true, rows, cols, hs, scale, q, hd.ld, hd.k + static_cast<I>(c0) * hd.ld, hd.ld,
-         0.0f, P, cols);
+    gemm(false, true, rows, cols, hs, scale, q, hd.ld, k, hd.ld, 0.0f, P, cols);
     gemm(false, true, rows, cols, hs, 1.0f, dyc, ldy, hd.v + static_cast<I>(c0) * hd.ld, hd.ld,
          0.0f, D, cols);
     for (int i = 0; i < rows; ++i) {
@@ -200,25 +194,30 @@ void backward_keys(float* dk, float* dv, const float* dots, const Head& hd, cons
          ldd);
     gemm(true, false, cols, hs, rows, scale, D, cols, q, hd.ld, 0.0f, dk + static_cast<I>(c0) * ldd,
          ldd);
+    gemm(false, false, rows, hs, cols, scale, D, cols, k, hd.ld, c0 == 0 ? 0.0f : 1.0f,
+         dq + static_cast<I>(c0) * ldd, ldd);
   }
 }
 
 template <class T>
-void backward_pair(float* dqkv, const float* dout, const T* qkv, const float* saved, int b, int h,
-                   int seq, int C, int NH) {
+void backward_pair(float* dqkv, const float* dout, const T* qkv, const T* out, const float* saved,
+                   int b, int h, int seq, int C, int NH) {
   const int hs = C / NH, C3 = 3 * C, R = kAttentionTile;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::size_t wide = widened_floats<T>(seq, hs), tile = static_cast<std::size_t>(R) * seq;
-  float* buf = thread_scratch(wide + seq + 2 * tile);
+  const std::size_t rows_wide = std::is_same_v<T, float> ? 0 : row_ops::RowSums::kRows * hs;
+  float* buf = thread_scratch(wide + rows_wide + seq + 2 * tile);
   const Head hd = head_view(qkv + static_cast<I>(b) * seq * C3, h, seq, C, hs, buf);
-  float* dots = buf + wide;
+  float* o_rows = buf + wide;  // row_dots' widened rows of o (bf16 storage only)
+  float* dots = o_rows + rows_wide;
   float* P = dots + seq;
   float* D = P + tile;
-  const float* dy = dout + static_cast<I>(b) * seq * C + h * hs;
+  const I first = static_cast<I>(b) * seq;  // the sequence's first row
+  const float* dy = dout + first * C + h * hs;
   const float* st = saved + (static_cast<I>(b) * NH + h) * seq * 2;
-  float* d = dqkv + static_cast<I>(b) * seq * C3 + h * hs;
-  backward_queries(d, dots, hd, dy, st, seq, hs, C, C3, scale, P, D);
-  backward_keys(d + C, d + 2 * C, dots, hd, dy, st, seq, hs, C, C3, scale, P, D);
+  float* d = dqkv + first * C3 + h * hs;
+  row_dots(dots, dy, out + first * C + h * hs, seq, hs, C, o_rows);
+  backward_tiles(d, d + C, d + 2 * C, dots, hd, dy, st, seq, hs, C, C3, scale, P, D);
 }
 
 }  // namespace
@@ -234,15 +233,16 @@ void attention_forward(T* out, float* saved, const T* qkv, int B, int seq, int C
 }
 
 template <class T>
-void attention_backward(float* dqkv, const float* dout, const T* qkv, const float* saved, int B,
-                        int seq, int C, int NH) {
-  for_pairs(B, NH, [&](int b, int h) { backward_pair(dqkv, dout, qkv, saved, b, h, seq, C, NH); });
+void attention_backward(float* dqkv, const float* dout, const T* qkv, const T* out,
+                        const float* saved, int B, int seq, int C, int NH) {
+  for_pairs(B, NH,
+            [&](int b, int h) { backward_pair(dqkv, dout, qkv, out, saved, b, h, seq, C, NH); });
 }
 
 #define ZERO_ATTENTION(T)                                                                          \
   template void attention_forward<T>(T*, float*, const T*, int, int, int, int);                    \
-  template void attention_backward<T>(float*, const float*, const T*, const float*, int, int, int, \
-                                      int);
+  template void attention_backward<T>(float*, const float*, const T*, const T*, const float*, int, \
+                                      int, int, int);
 ZERO_ATTENTION(float)
 ZERO_ATTENTION(bf16)
 #undef ZERO_ATTENTION

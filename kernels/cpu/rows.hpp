@@ -56,7 +56,7 @@ class RowSums {
   static constexpr int kRows = 8;
 
   // x[r] (and y[r]) the rows, count <= kRows of them.
-  RowSums(int count, float* const* x, const float* const* y = nullptr)
+  RowSums(int count, const float* const* x, const float* const* y = nullptr)
       : count_(count), x_(x), y_(y) {
     std::fill(sums_, sums_ + kRows, 0.0f);
   }
@@ -89,7 +89,7 @@ class RowSums {
   }
 
   int count_;
-  float* const* x_;
+  const float* const* x_;
   const float* const* y_;
   float sums_[kRows];
 };

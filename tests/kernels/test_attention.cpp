@@ -70,8 +70,8 @@ Result<T> tiled(const Shape& s, const Inputs<T>& in) {
   r.saved.resize(cpu::gpt::attention_saved_floats(s.B, s.NH, s.T));
   r.dqkv.assign(n * 3 * s.C, std::nanf(""));  // every element written
   cpu::gpt::attention_forward<T>(r.out.data(), r.saved.data(), in.qkv.data(), s.B, s.T, s.C, s.NH);
-  cpu::gpt::attention_backward<T>(r.dqkv.data(), in.dout.data(), in.qkv.data(), r.saved.data(), s.B,
-                                  s.T, s.C, s.NH);
+  cpu::gpt::attention_backward<T>(r.dqkv.data(), in.dout.data(), in.qkv.data(), r.out.data(),
+                                  r.saved.data(), s.B, s.T, s.C, s.NH);
   return r;
 }
 
@@ -115,9 +115,15 @@ double relative_error(const std::vector<T>& a, const std::vector<T>& b, std::siz
 }
 
 // The bound tiled attention keeps against the whole-matrix one: every fp32 result (out in the
-// fp32 mode; dq, dk, dv) within 2^-20 of the largest magnitude of the same result. Measured on a
-// Zen 4 with OpenBLAS 0.3.21's Zen kernels: at most 4·10^-7 (about 2^-21.3), at T = 1024.
+// fp32 mode; dq, dk, dv) within 2^-20 of the largest magnitude of the same result. Measured with
+// OpenBLAS 0.3.21's Zen kernels: at most 4.8·10^-7 (about 2^-21), at T = 300 and 1024.
 constexpr double kBound = 1.0 / (1 << 20);
+
+// In bf16 storage, backward's per-row D_t = dy_t·o_t reads o as stored, rounded to bf16 (the
+// whole-matrix attention sums p·dp from its fp32 probabilities): dq and dk, which take D_t, within
+// 2^-8 of their largest magnitude, a bf16 step at that magnitude, the rounding they get where
+// they enter the next GEMM. Measured: at most 1.7·10^-3 (about 2^-9.2).
+constexpr double kBoundBf16Dqk = 1.0 / (1 << 8);
 
 }  // namespace
 
@@ -147,7 +153,9 @@ TEMPLATE_TEST_CASE("tiled attention agrees with the whole-matrix attention withi
     for (int part = 0; part < 3; ++part) {
       INFO("d"
            << "qkv"[part]);
-      CHECK(relative_error(a.dqkv, b.dqkv, 3 * C, part * C, C) <= kBound);
+      const bool reads_o = std::is_same_v<T, bf16> && part < 2;
+      CHECK(relative_error(a.dqkv, b.dqkv, 3 * C, part * C, C) <=
+            (reads_o ? kBoundBf16Dqk : kBound));
     }
   }
 }

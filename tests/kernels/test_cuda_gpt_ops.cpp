@@ -333,7 +333,8 @@ TEMPLATE_TEST_CASE("GPU causal attention agrees with the CPU and with itself", "
     std::vector<T> out(sz({N, C})), whole_out(sz({N, C}));
     std::vector<float> saved(hg::attention_saved_floats(s.B, s.NH, s.T)), dqkv(sz({N, 3 * C}));
     hg::attention_forward(out.data(), saved.data(), qkv.data(), s.B, s.T, C, s.NH);
-    hg::attention_backward(dqkv.data(), dout.data(), qkv.data(), saved.data(), s.B, s.T, C, s.NH);
+    hg::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), saved.data(), s.B, s.T,
+                           C, s.NH);
     // The CPU's tiled attention keeps no probabilities: the whole-matrix one's, for the GPU's.
     std::vector<float> att(sz({s.B, s.NH, s.T, s.T}));
     test::whole_forward(whole_out.data(), att.data(), qkv.data(), s.B, s.T, C, s.NH);

@@ -146,7 +146,7 @@ TEST_CASE("GPT ops match PyTorch in fp32") {
     std::vector<float> out(N * C), saved(ops::attention_saved_floats(B, NH, T)), dqkv(N * 3 * C);
     ops::attention_forward(out.data(), saved.data(), fixed("attention.qkv").data(), B, T, C, NH);
     ops::attention_backward(dqkv.data(), fixed("attention.dout").data(),
-                            fixed("attention.qkv").data(), saved.data(), B, T, C, NH);
+                            fixed("attention.qkv").data(), out.data(), saved.data(), B, T, C, NH);
     CHECK_CLOSE(out.data(), "attention.out", kFp32);
     CHECK_CLOSE(dqkv.data(), "attention.dqkv", kFp32);
   }
