@@ -35,6 +35,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(HERE, "peers"))
+from launch import add_worker_flags, tanh_mlp  # noqa: E402
 
 
 def torch_worker(a):
@@ -46,12 +48,7 @@ def torch_worker(a):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=a.rank, world_size=a.world)
     torch.manual_seed(1)
-    layers = []
-    for i in range(a.layers):
-        layers.append(nn.Linear(a.width, a.width, bias=True))
-        if i + 1 < a.layers:
-            layers.append(nn.Tanh())
-    model = nn.parallel.DistributedDataParallel(nn.Sequential(*layers))
+    model = nn.parallel.DistributedDataParallel(tanh_mlp(nn, a.layers, a.width))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     local = a.global_batch // a.world
     g = torch.Generator().manual_seed(100 + a.rank)
@@ -187,10 +184,7 @@ def main():
     ap.add_argument("--torch-python", help="a python with torch: also run PyTorch gloo DDP")
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for zero's runs")
     ap.add_argument("--json", help="write every measurement here")
-    # internal: one PyTorch rank
-    ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--world", type=int, default=1, help=argparse.SUPPRESS)
+    add_worker_flags(ap)  # internal: one PyTorch rank
     a = ap.parse_args()
     if a.torch_worker:
         return torch_worker(a)

@@ -57,7 +57,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from launch import clean_env, preset_shape, torch_ranks_json, zero_train_json  # noqa: E402
+from launch import (add_worker_flags, clean_env, preset_shape, torch_ranks_json,  # noqa: E402
+                    zero_train_json)
 
 HERE = os.path.abspath(__file__)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -296,13 +297,10 @@ def main():
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--json")
-    ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--world", type=int, default=1, help=argparse.SUPPRESS)
+    add_worker_flags(ap)
     ap.add_argument("--stage", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--shape", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
-    ap.add_argument("--out", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.torch_worker:
         a.precision = a.precision.split(",")[0]

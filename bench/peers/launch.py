@@ -1,7 +1,9 @@
 """What the peer benchmarks share to start their runs: a free loopback port for torch's
 rendezvous, an environment without an enclosing job's launcher variables, a preset's shape as
 `zero plan --list-presets` prints it, a `zero train` run's --json report, and a PyTorch worker
-started once a rank with the report its rank 0 wrote."""
+started once a rank with the report its rank 0 wrote, and what their PyTorch ranks share: the
+hidden flags a script passes to itself to run as one, and zero's MLP in PyTorch."""
+import argparse
 import json
 import os
 import re
@@ -70,3 +72,23 @@ def torch_ranks_json(worker, ranks, failed, timeout, threads=1):
             raise SystemExit(f"{failed}:\n" + "\n".join(e[-3000:] for e in errs if e))
         with open(out) as f:
             return json.load(f)
+
+
+def add_worker_flags(ap):
+    """The hidden flags a benchmark passes to itself to run as one PyTorch rank: --torch-worker,
+    --world, and the --rank and --out that torch_ranks_json adds."""
+    ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--world", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+
+
+def tanh_mlp(nn, layers, width):
+    """zero's MLP (models/mlp.hpp) in PyTorch, given torch.nn: `layers` Linear(width, width)
+    layers with bias, a Tanh between each two."""
+    mods = []
+    for i in range(layers):
+        mods.append(nn.Linear(width, width, bias=True))
+        if i + 1 < layers:
+            mods.append(nn.Tanh())
+    return nn.Sequential(*mods)

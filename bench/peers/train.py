@@ -35,7 +35,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from launch import torch_ranks_json, zero_train_json  # noqa: E402
+from launch import add_worker_flags, tanh_mlp, torch_ranks_json, zero_train_json  # noqa: E402
 
 HERE = os.path.abspath(__file__)
 
@@ -48,12 +48,7 @@ def torch_worker(a):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=a.rank, world_size=a.world)
     torch.manual_seed(1)
-    mods = []
-    for i in range(a.layers):
-        mods.append(nn.Linear(a.width, a.width, bias=True))
-        if i + 1 < a.layers:
-            mods.append(nn.Tanh())
-    model = nn.Sequential(*mods)
+    model = tanh_mlp(nn, a.layers, a.width)
     bf16 = a.precision == "bf16"
     if a.stage in (0, 1):
         model = nn.parallel.DistributedDataParallel(model)
@@ -134,11 +129,8 @@ def main():
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json")
-    ap.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--world", type=int, default=1, help=argparse.SUPPRESS)
+    add_worker_flags(ap)
     ap.add_argument("--stage", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--out", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.torch_worker:
         a.precision = a.precision.split(",")[0]
