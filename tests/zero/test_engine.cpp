@@ -14,12 +14,7 @@ using zero::testing::RunSpec;
 using zero::testing::run_mlp;
 using zero::testing::checks::agreement_bytes;
 using zero::testing::checks::agreement_calls;
-
-namespace {
-
-std::unique_ptr<comm::Communicator> world() { return comm::make_mpi_communicator(); }
-
-}  // namespace
+using zero::testing::checks::world;
 
 TEST_CASE("Stages 0, 1, 2 and 3 give bitwise identical master weights after 20 steps") {
   auto w = world();

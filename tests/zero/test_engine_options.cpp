@@ -1,7 +1,7 @@
 // The engine's options that must act, multi-rank: clipping, overlap, stage 3's persistence (and
 // the warning when it leaves nothing sharded), the learning-rate schedules, bias_correction:
-// false, an fp32 run's reduce dtype, and stage 0 on one rank, which reduces nothing. Each test here fails with its feature switched off (see
-// the notes at each).
+// false, an fp32 run's reduce dtype, and stage 0 on one rank, which reduces nothing. Each test
+// here fails with its feature switched off (see the notes at each).
 #include <catch2/catch.hpp>
 
 #include <cmath>
