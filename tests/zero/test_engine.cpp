@@ -10,8 +10,8 @@
 #include "tests/zero/engine_harness.hpp"
 
 using namespace zero;
-using zero::testing::RunSpec;
 using zero::testing::run_mlp;
+using zero::testing::RunSpec;
 using zero::testing::checks::agreement_bytes;
 using zero::testing::checks::agreement_calls;
 using zero::testing::checks::world;
